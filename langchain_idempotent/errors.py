@@ -1,0 +1,91 @@
+"""Errors raised by langchain-idempotent.
+
+Every error carries the idempotency ``key`` it is about (``None`` only where no key
+could be derived) and says what to do next::
+
+    IdempotencyError
+    ├── InProgressError          another caller holds the lease and the wait timed out
+    ├── PayloadMismatchError     the key was reused with different arguments
+    ├── LeaseLostError           the lease expired or was taken over while the tool ran
+    ├── StoreUnavailableError    the store could not be reached (fail closed)
+    ├── MissingScopeError        no thread id / scope to derive a key from
+    ├── OutcomeUnknownError      an expired lease left no result; an operator must resolve it
+    ├── InvalidArgumentsError    the arguments cannot be canonicalised (NaN, not JSON-able, ...)
+    ├── ResultTooLargeError      the result exceeds ``max_result_bytes``
+    └── CorruptRecordError       a stored record cannot be decoded (never executed)
+
+Expected "no" answers of the store protocol (busy, mismatch, replay) are return values
+inside the engine; these exceptions reach the caller only when the engine gives up.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorruptRecordError",
+    "IdempotencyError",
+    "InProgressError",
+    "InvalidArgumentsError",
+    "LeaseLostError",
+    "MissingScopeError",
+    "OutcomeUnknownError",
+    "PayloadMismatchError",
+    "ResultTooLargeError",
+    "StoreUnavailableError",
+]
+
+
+class IdempotencyError(Exception):
+    """Base class of every error this library raises. ``key`` names the record."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __reduce__(self) -> tuple[object, ...]:  # keep the key across processes
+        return (_rebuild, (type(self), str(self), self.key))
+
+
+def _rebuild(cls: type[IdempotencyError], message: str, key: str | None) -> IdempotencyError:
+    err = cls.__new__(cls)
+    IdempotencyError.__init__(err, message, key=key)
+    return err
+
+
+class InProgressError(IdempotencyError):
+    """Another caller holds a live lease on this key and did not finish within the wait."""
+
+
+class PayloadMismatchError(IdempotencyError, ValueError):
+    """The same key was used before with different arguments (HTTP 422 in the IETF draft)."""
+
+
+class LeaseLostError(IdempotencyError):
+    """This caller's lease expired or was taken over before it could finish."""
+
+
+class StoreUnavailableError(IdempotencyError):
+    """The idempotency store could not be reached; the tool was not run (fail closed)."""
+
+
+class MissingScopeError(IdempotencyError):
+    """No thread id or explicit scope was found to derive an idempotency key from."""
+
+
+class OutcomeUnknownError(IdempotencyError):
+    """A previous run's lease expired without a result: its side effect may have happened.
+
+    Raised under ``on_expired="raise"``. Resolve the record with
+    ``langchain-idempotent resolve KEY`` (store the real result, or free the key to re-run).
+    """
+
+
+class InvalidArgumentsError(IdempotencyError, ValueError):
+    """The tool arguments cannot be put in canonical form (NaN, infinity, not JSON-able)."""
+
+
+class ResultTooLargeError(IdempotencyError, ValueError):
+    """The serialized result is larger than ``max_result_bytes``; nothing was stored."""
+
+
+class CorruptRecordError(IdempotencyError):
+    """A stored record could not be decoded; it was refused, never executed."""

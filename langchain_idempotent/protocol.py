@@ -1,0 +1,185 @@
+"""The record protocol as pure functions: what claim, renew, complete and release decide.
+
+No I/O here. The in-memory and SQLite stores apply these functions inside their own
+critical section (a lock, ``BEGIN IMMEDIATE``); the Redis store's Lua scripts implement
+the same table, and the shared contract suite (``langchain_idempotent.testing``) plus a
+model-based property test hold every store to it.
+
+claim (``rec`` is the record under ``key``, ``now`` the store clock)::
+
+    rec absent                      -> ACQUIRED   fence 1, attempt 1
+    fingerprint differs             -> MISMATCH   nothing written
+    COMPLETED / FAILED              -> REPLAY     nothing written
+    FREE                            -> ACQUIRED   fence + 1, attempt + 1
+    RUNNING, owner is the claimant  -> OWNED      same fence, lease extended
+    RUNNING, lease live             -> BUSY       retry_after = lease_until - now
+    RUNNING, lease expired
+        policy "takeover"           -> TAKEOVER   fence + 1, attempt + 1, new owner
+        policy "report"             -> EXPIRED    nothing written (outcome unknown)
+
+renew: extends the lease only while ``RUNNING`` with the caller's owner and fence.
+
+complete (write-once): the first completion is stored whoever sends it (a stale owner that
+did the work has the truest result); once ``COMPLETED``/``FAILED`` nothing is overwritten
+and the stored payload is returned. ``stale`` is set when the caller was not the current
+owner and fence.
+
+release: back to ``FREE`` (fence kept, so fences keep increasing) only while ``RUNNING``
+with the caller's owner and fence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from .record import (
+    FORMAT_VERSION,
+    Claim,
+    ClaimOutcome,
+    Completion,
+    ExpiredPolicy,
+    Record,
+    State,
+)
+
+__all__ = ["decide_claim", "decide_complete", "decide_release", "decide_renew"]
+
+
+def decide_claim(
+    rec: Record | None,
+    *,
+    key: str,
+    owner: str,
+    fingerprint: str,
+    now: int,
+    lease_ms: int,
+    on_expired: ExpiredPolicy = "takeover",
+    meta: Mapping[str, str] | None = None,
+) -> tuple[Claim, Record | None]:
+    """Decide a claim. Returns the answer and the record to write (``None``: unchanged)."""
+    if rec is None:
+        new = Record(
+            key=key,
+            state=State.RUNNING,
+            owner=owner,
+            fence=1,
+            lease_until=now + lease_ms,
+            fingerprint=fingerprint,
+            attempt=1,
+            payload=None,
+            created_at=now,
+            updated_at=now,
+            version=FORMAT_VERSION,
+            meta=dict(meta or {}),
+        )
+        return Claim(ClaimOutcome.ACQUIRED, fence=1, attempt=1), new
+    if rec.fingerprint != fingerprint:
+        return Claim(ClaimOutcome.MISMATCH, fence=rec.fence, attempt=rec.attempt), None
+    if rec.done:
+        return (
+            Claim(
+                ClaimOutcome.REPLAY,
+                fence=rec.fence,
+                attempt=rec.attempt,
+                failed=rec.state is State.FAILED,
+                payload=rec.payload,
+            ),
+            None,
+        )
+    if rec.state is State.FREE:
+        return _take(rec, ClaimOutcome.ACQUIRED, owner=owner, now=now, lease_ms=lease_ms)
+    # RUNNING
+    if rec.owner == owner:
+        renewed = replace(rec, lease_until=now + lease_ms, updated_at=now)
+        return Claim(ClaimOutcome.OWNED, fence=rec.fence, attempt=rec.attempt), renewed
+    if rec.lease_until > now:
+        return (
+            Claim(
+                ClaimOutcome.BUSY,
+                fence=rec.fence,
+                attempt=rec.attempt,
+                retry_after_ms=rec.lease_until - now,
+            ),
+            None,
+        )
+    if on_expired == "report":
+        return Claim(ClaimOutcome.EXPIRED, fence=rec.fence, attempt=rec.attempt), None
+    return _take(rec, ClaimOutcome.TAKEOVER, owner=owner, now=now, lease_ms=lease_ms)
+
+
+def _take(
+    rec: Record, outcome: ClaimOutcome, *, owner: str, now: int, lease_ms: int
+) -> tuple[Claim, Record]:
+    new = replace(
+        rec,
+        state=State.RUNNING,
+        owner=owner,
+        fence=rec.fence + 1,
+        attempt=rec.attempt + 1,
+        lease_until=now + lease_ms,
+        payload=None,
+        updated_at=now,
+    )
+    return Claim(outcome, fence=new.fence, attempt=new.attempt), new
+
+
+def decide_renew(
+    rec: Record | None, *, owner: str, fence: int, now: int, lease_ms: int
+) -> tuple[bool, Record | None]:
+    """Extend the lease if the caller still owns it. Returns (renewed, record to write)."""
+    if rec is None or rec.state is not State.RUNNING or rec.owner != owner or rec.fence != fence:
+        return False, None
+    return True, replace(rec, lease_until=now + lease_ms, updated_at=now)
+
+
+def decide_complete(
+    rec: Record | None,
+    *,
+    key: str,
+    owner: str,
+    fence: int,
+    fingerprint: str,
+    payload: bytes,
+    failed: bool,
+    now: int,
+    meta: Mapping[str, str] | None = None,
+) -> tuple[Completion, Record | None]:
+    """Write-once completion. Returns the answer and the record to write."""
+    if rec is not None and rec.done:
+        stale = not (rec.owner == owner and rec.fence == fence)
+        return Completion(
+            stored=False, stale=stale, failed=rec.state is State.FAILED, payload=rec.payload
+        ), None
+    state = State.FAILED if failed else State.COMPLETED
+    if rec is None:
+        # The record expired or was evicted while the tool ran: ours is the only result.
+        new = Record(
+            key=key,
+            state=state,
+            owner=owner,
+            fence=fence,
+            lease_until=0,
+            fingerprint=fingerprint,
+            attempt=1,
+            payload=payload,
+            created_at=now,
+            updated_at=now,
+            meta=dict(meta or {}),
+        )
+        return Completion(stored=True, stale=True, failed=failed, payload=payload), new
+    stale = not (rec.state is State.RUNNING and rec.owner == owner and rec.fence == fence)
+    new = replace(
+        rec, state=state, owner=owner, fence=max(rec.fence, fence), lease_until=0,
+        payload=payload, updated_at=now,
+    )
+    return Completion(stored=True, stale=stale, failed=failed, payload=payload), new
+
+
+def decide_release(
+    rec: Record | None, *, owner: str, fence: int, now: int
+) -> tuple[bool, Record | None]:
+    """Free the key after a retryable error, only for the current owner and fence."""
+    if rec is None or rec.state is not State.RUNNING or rec.owner != owner or rec.fence != fence:
+        return False, None
+    return True, replace(rec, state=State.FREE, owner="", lease_until=0, updated_at=now)

@@ -1,0 +1,204 @@
+"""The store protocol: five record operations, a watch, and operator helpers.
+
+Every operation has an ``a``-prefixed async twin. The default async twins run the sync
+operation in a worker thread; stores with a native async client override them.
+
+Stores never raise for an expected "no" (busy, lost lease, already completed): those are
+return values. They raise :class:`~langchain_idempotent.errors.StoreUnavailableError`
+when the backend cannot be reached and
+:class:`~langchain_idempotent.errors.CorruptRecordError` when a record cannot be read.
+
+Durations are integer milliseconds here; the engine converts user-facing seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+from ..record import Claim, Completion, ExpiredPolicy, Record, State
+
+__all__ = ["BaseIdempotencyStore"]
+
+
+class BaseIdempotencyStore(ABC):
+    """Where leases and memoized results live. See :mod:`langchain_idempotent.protocol`."""
+
+    # -- record operations -------------------------------------------------------------
+
+    @abstractmethod
+    def claim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        """Replay, acquire, take over, or report busy / mismatch / expired — atomically."""
+
+    @abstractmethod
+    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        """Extend the lease; ``False`` when the caller no longer owns it."""
+
+    @abstractmethod
+    def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        """Store the result once; later completions get the stored payload back."""
+
+    @abstractmethod
+    def release(self, key: str, *, owner: str, fence: int) -> bool:
+        """Free the key after a retryable error; only for the current owner and fence."""
+
+    @abstractmethod
+    def get(self, key: str) -> Record | None:
+        """The record under ``key``, or ``None``."""
+
+    def watch(self, key: str, *, fence: int, timeout: float) -> None:
+        """Block until the record stops being RUNNING at ``fence``, or ``timeout`` seconds.
+
+        May return early; the engine re-claims after every wake-up. This default polls
+        with backoff; stores override it with a real notification.
+        """
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            rec = self.get(key)
+            if rec is None or rec.state is not State.RUNNING or rec.fence != fence:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    # -- operator helpers (CLI) -------------------------------------------------------
+
+    @abstractmethod
+    def delete(self, key: str) -> bool:
+        """Remove one record (operator action). ``True`` if it existed."""
+
+    @abstractmethod
+    def list(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        """Records, optionally filtered by namespace and thread id (from their meta)."""
+
+    def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
+        """Delete every record of a thread. Returns how many were deleted."""
+        n = 0
+        for rec in self.list(namespace=namespace, thread_id=thread_id):
+            n += self.delete(rec.key)
+        return n
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. The store may be used again afterwards (it reconnects)."""
+
+    # -- async twins ------------------------------------------------------------------
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        return await asyncio.to_thread(
+            self.claim,
+            key,
+            owner=owner,
+            fingerprint=fingerprint,
+            lease_ms=lease_ms,
+            ttl_ms=ttl_ms,
+            on_expired=on_expired,
+            meta=meta,
+        )
+
+    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        return await asyncio.to_thread(self.renew, key, owner=owner, fence=fence, lease_ms=lease_ms)
+
+    async def acomplete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        return await asyncio.to_thread(
+            self.complete,
+            key,
+            owner=owner,
+            fence=fence,
+            fingerprint=fingerprint,
+            payload=payload,
+            failed=failed,
+            ttl_ms=ttl_ms,
+            meta=meta,
+        )
+
+    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
+        return await asyncio.to_thread(self.release, key, owner=owner, fence=fence)
+
+    async def aget(self, key: str) -> Record | None:
+        return await asyncio.to_thread(self.get, key)
+
+    async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        delay = 0.002
+        while True:
+            rec = await self.aget(key)
+            if rec is None or rec.state is not State.RUNNING or rec.fence != fence:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    async def adelete(self, key: str) -> bool:
+        return await asyncio.to_thread(self.delete, key)
+
+    async def alist(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        return await asyncio.to_thread(
+            self.list, namespace=namespace, thread_id=thread_id, limit=limit
+        )
+
+    async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
+        return await asyncio.to_thread(self.purge, thread_id=thread_id, namespace=namespace)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)

@@ -1,0 +1,241 @@
+"""``InMemoryIdempotencyStore``: one process, for tests and notebooks.
+
+Spec: the record protocol of :mod:`langchain_idempotent.protocol`, applied under one lock
+per store (thread-safe; the async twins never block the loop for longer than the lock).
+Records expire ``ttl_ms`` after their last write. Waiters are woken in-process the moment
+a key completes or is released. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from ..protocol import decide_claim, decide_complete, decide_release, decide_renew
+from ..record import Claim, Completion, ExpiredPolicy, Record, State
+from ._wakeup import Wakeup
+from .base import BaseIdempotencyStore
+
+__all__ = ["InMemoryIdempotencyStore"]
+
+
+class InMemoryIdempotencyStore(BaseIdempotencyStore):
+    """Records in a dict. ``clock`` returns seconds (default :func:`time.time`)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[str, tuple[Record, int]] = {}  # key -> (record, expires_at)
+        self._wakeup = Wakeup()
+
+    def _now(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _read(self, key: str, now: int) -> Record | None:
+        entry = self._records.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            del self._records[key]
+            return None
+        return entry[0]
+
+    def claim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        with self._lock:
+            now = self._now()
+            answer, new = decide_claim(
+                self._read(key, now),
+                key=key,
+                owner=owner,
+                fingerprint=fingerprint,
+                now=now,
+                lease_ms=lease_ms,
+                on_expired=on_expired,
+                meta=meta,
+            )
+            if new is not None:
+                self._records[key] = (new, now + max(ttl_ms, lease_ms))
+            return answer
+
+    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        with self._lock:
+            now = self._now()
+            entry = self._records.get(key)
+            ok, new = decide_renew(
+                self._read(key, now), owner=owner, fence=fence, now=now, lease_ms=lease_ms
+            )
+            if new is not None and entry is not None:
+                self._records[key] = (new, max(entry[1], now + lease_ms))
+            return ok
+
+    def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        with self._lock:
+            now = self._now()
+            answer, new = decide_complete(
+                self._read(key, now),
+                key=key,
+                owner=owner,
+                fence=fence,
+                fingerprint=fingerprint,
+                payload=payload,
+                failed=failed,
+                now=now,
+                meta=meta,
+            )
+            if new is not None:
+                self._records[key] = (new, now + ttl_ms)
+        self._wakeup.notify(key)
+        return answer
+
+    def release(self, key: str, *, owner: str, fence: int) -> bool:
+        with self._lock:
+            now = self._now()
+            entry = self._records.get(key)
+            ok, new = decide_release(self._read(key, now), owner=owner, fence=fence, now=now)
+            if new is not None and entry is not None:
+                self._records[key] = (new, entry[1])
+        if ok:
+            self._wakeup.notify(key)
+        return ok
+
+    def get(self, key: str) -> Record | None:
+        with self._lock:
+            return self._read(key, self._now())
+
+    def _changed(self, key: str, fence: int) -> bool:
+        with self._lock:
+            now = self._now()
+            rec = self._read(key, now)
+            return rec is None or not rec.lease_live(now) or rec.fence != fence
+
+    def watch(self, key: str, *, fence: int, timeout: float) -> None:
+        rec = self.get(key)
+        # Never sleep past the lease: an expired lease is a change nobody announces.
+        if rec is not None and rec.state is State.RUNNING:
+            timeout = min(timeout, max(0.0, (rec.lease_until - self._now()) / 1000) + 0.001)
+        self._wakeup.wait(key, lambda: self._changed(key, fence), timeout)
+
+    async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
+        rec = self.get(key)
+        if rec is not None and rec.state is State.RUNNING:
+            timeout = min(timeout, max(0.0, (rec.lease_until - self._now()) / 1000) + 0.001)
+
+        async def changed() -> bool:
+            return self._changed(key, fence)
+
+        await self._wakeup.await_(key, changed, timeout)
+
+    def delete(self, key: str) -> bool:
+        with self._lock:
+            existed = self._records.pop(key, None) is not None
+        if existed:
+            self._wakeup.notify(key)
+        return existed
+
+    def list(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        with self._lock:
+            now = self._now()
+            out = [
+                rec
+                for rec, expires in self._records.values()
+                if expires > now
+                and (namespace is None or rec.meta.get("namespace") == namespace)
+                and (thread_id is None or rec.meta.get("thread_id") == thread_id)
+            ]
+        out.sort(key=lambda r: r.created_at)
+        return out[:limit] if limit is not None else out
+
+    # The async twins: every operation is a short critical section, so run it inline.
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        return self.claim(
+            key,
+            owner=owner,
+            fingerprint=fingerprint,
+            lease_ms=lease_ms,
+            ttl_ms=ttl_ms,
+            on_expired=on_expired,
+            meta=meta,
+        )
+
+    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        return self.renew(key, owner=owner, fence=fence, lease_ms=lease_ms)
+
+    async def acomplete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        return self.complete(
+            key,
+            owner=owner,
+            fence=fence,
+            fingerprint=fingerprint,
+            payload=payload,
+            failed=failed,
+            ttl_ms=ttl_ms,
+            meta=meta,
+        )
+
+    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
+        return self.release(key, owner=owner, fence=fence)
+
+    async def aget(self, key: str) -> Record | None:
+        return self.get(key)
+
+    async def adelete(self, key: str) -> bool:
+        return self.delete(key)
+
+    async def alist(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[Record]:
+        return self.list(namespace=namespace, thread_id=thread_id, limit=limit)
