@@ -9,6 +9,7 @@ both. Nothing is kept for keys nobody waits on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -80,10 +81,8 @@ class Wakeup:
                 watch.futures.add(fut)
             if await changed():
                 return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(fut, timeout)
-            except TimeoutError:
-                pass
         finally:
             with self._cond:
                 watch.futures.discard(fut)

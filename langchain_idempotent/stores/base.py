@@ -14,6 +14,7 @@ Durations are integer milliseconds here; the engine converts user-facing seconds
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -100,7 +101,7 @@ class BaseIdempotencyStore(ABC):
         namespace: str | None = None,
         thread_id: str | None = None,
         limit: int | None = None,
-    ) -> list[Record]:
+    ) -> builtins.list[Record]:
         """Records, optionally filtered by namespace and thread id (from their meta)."""
 
     def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
@@ -192,7 +193,7 @@ class BaseIdempotencyStore(ABC):
         namespace: str | None = None,
         thread_id: str | None = None,
         limit: int | None = None,
-    ) -> list[Record]:
+    ) -> builtins.list[Record]:
         return await asyncio.to_thread(
             self.list, namespace=namespace, thread_id=thread_id, limit=limit
         )

@@ -8,6 +8,7 @@ a key completes or is released. Nothing survives the process.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -160,7 +161,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         namespace: str | None = None,
         thread_id: str | None = None,
         limit: int | None = None,
-    ) -> list[Record]:
+    ) -> builtins.list[Record]:
         with self._lock:
             now = self._now()
             out = [
@@ -237,5 +238,5 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         namespace: str | None = None,
         thread_id: str | None = None,
         limit: int | None = None,
-    ) -> list[Record]:
+    ) -> builtins.list[Record]:
         return self.list(namespace=namespace, thread_id=thread_id, limit=limit)

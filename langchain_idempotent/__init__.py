@@ -1,0 +1,47 @@
+"""Idempotent LangChain / LangGraph tool calls.
+
+Wrap a tool with :func:`idempotent` and every call made inside a graph runs at most once
+per idempotency key (thread, graph path, node, tool and canonical arguments) while leases
+are honoured; retries, resumed threads and concurrent workers replay the stored result.
+"""
+
+from .context import IdempotencyContext, get_idempotency_context, idempotency_scope
+from .engine import Engine
+from .errors import (
+    CorruptRecordError,
+    IdempotencyError,
+    InProgressError,
+    InvalidArgumentsError,
+    LeaseLostError,
+    MissingScopeError,
+    OutcomeUnknownError,
+    PayloadMismatchError,
+    ResultTooLargeError,
+    StoreUnavailableError,
+)
+from .events import EVENT_KINDS, EventCounter, IdempotencyEvent
+from .policy import Policy
+from .stores import BaseIdempotencyStore, InMemoryIdempotencyStore
+
+__all__ = [
+    "EVENT_KINDS",
+    "BaseIdempotencyStore",
+    "CorruptRecordError",
+    "Engine",
+    "EventCounter",
+    "IdempotencyContext",
+    "IdempotencyError",
+    "IdempotencyEvent",
+    "InMemoryIdempotencyStore",
+    "InProgressError",
+    "InvalidArgumentsError",
+    "LeaseLostError",
+    "MissingScopeError",
+    "OutcomeUnknownError",
+    "PayloadMismatchError",
+    "Policy",
+    "ResultTooLargeError",
+    "StoreUnavailableError",
+    "get_idempotency_context",
+    "idempotency_scope",
+]

@@ -1,0 +1,493 @@
+"""The engine: claim, run, complete — once per key — with sync and async drivers.
+
+The protocol's decisions live in one generator, :meth:`Engine._protocol`, which yields
+*steps* (claim, watch, run, complete, release) and receives their results. It does no
+I/O. The sync driver (:meth:`Engine.run`) and the async driver (:meth:`Engine.arun`)
+only execute steps, so the two paths cannot drift.
+
+Sequence of a first run and of a replay (one store round trip each, plus renewals for
+tools that outlast a third of their lease)::
+
+    caller            engine                      store
+      |--- run ------->|--- claim --------------->|  ACQUIRED fence=f
+      |                |--- action() (+renewals)  |
+      |                |--- complete(f) --------->|  stored (write-once), waiters woken
+      |<-- result -----|                          |
+      |--- run ------->|--- claim --------------->|  REPLAY payload
+      |<-- result -----|                          |
+
+A duplicate that finds the key BUSY watches it (woken by the store, never past the
+other owner's lease) and claims again, until ``wait_timeout`` runs out.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langgraph.errors import GraphBubbleUp
+
+from .context import IdempotencyContext, _current
+from .errors import (
+    IdempotencyError,
+    InProgressError,
+    OutcomeUnknownError,
+    PayloadMismatchError,
+    StoreUnavailableError,
+)
+from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, log_event, logger
+from .heartbeat import AsyncRenewal, schedule_renewal
+from .policy import Policy
+from .record import Claim, ClaimOutcome, Completion
+from .serde import ResultSerializer
+from .stores.base import BaseIdempotencyStore
+
+__all__ = ["Engine"]
+
+T = TypeVar("T")
+
+
+# -- steps the protocol asks its driver to perform -------------------------------------
+
+
+class _ClaimStep:
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class _WatchStep:
+    fence: int
+    timeout: float
+
+
+@dataclass(slots=True)
+class _RunStep:
+    #: ``None`` when the tool runs unprotected (fail open).
+    ctx: IdempotencyContext | None
+
+
+@dataclass(slots=True)
+class _CompleteStep:
+    ctx: IdempotencyContext
+    payload: bytes
+    failed: bool
+
+
+@dataclass(slots=True)
+class _ReleaseStep:
+    ctx: IdempotencyContext
+
+
+_Step = _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep
+_CLAIM = _ClaimStep()
+
+
+@dataclass(slots=True)
+class _Outcome:
+    value: Any = None
+    exc: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Call:
+    key: str
+    fingerprint: str
+    owner: str
+    tool: str | None
+    meta: Mapping[str, str] | None
+    observer: EventHook | None
+
+
+class Engine:
+    """Runs actions at most once per key (while leases are honoured) and replays results.
+
+    ``Engine(store, policy).run(key, fingerprint=fp, action=fn)`` is the whole interface;
+    :class:`~langchain_idempotent.tool.IdempotentTool` derives ``key`` and ``fingerprint``
+    from a tool call. ``on_event`` receives every :class:`IdempotencyEvent`; ``stats()``
+    counts them.
+    """
+
+    def __init__(
+        self,
+        store: BaseIdempotencyStore,
+        policy: Policy | None = None,
+        *,
+        serializer: ResultSerializer | None = None,
+        on_event: EventHook | None = None,
+    ) -> None:
+        if not isinstance(store, BaseIdempotencyStore):
+            raise TypeError(
+                f"store must be an idempotency store (e.g. InMemoryIdempotencyStore, "
+                f"SqliteIdempotencyStore, RedisIdempotencyStore), got {type(store).__name__}"
+            )
+        self.store = store
+        self.policy = policy or Policy()
+        self.serializer = serializer or ResultSerializer(
+            allowed_types=self.policy.allowed_types, max_bytes=self.policy.max_result_bytes
+        )
+        self.on_event = on_event
+        self._counter = EventCounter()
+        self._renew_every = self.policy.lease_s * self.policy.renew_fraction
+
+    def stats(self) -> dict[str, int]:
+        """Events so far, by kind (``{"claim": 3, "replay": 2, ...}``)."""
+        return self._counter.snapshot()
+
+    # -- the protocol (pure) --------------------------------------------------------------
+
+    def _protocol(self, call: _Call) -> Generator[_Step, Any, Any]:
+        policy = self.policy
+        deadline: float | None = None
+        waited = False
+        while True:
+            try:
+                claim: Claim = yield _CLAIM
+            except (StoreUnavailableError, IdempotencyError) as exc:
+                self._emit(call, "store_error", detail={"op": "claim", "error": str(exc)})
+                if policy.fail_open and isinstance(exc, StoreUnavailableError):
+                    self._emit(call, "fail_open")
+                    unprotected: _Outcome = yield _RunStep(None)
+                    if unprotected.exc is not None:
+                        raise unprotected.exc  # noqa: B904 - the tool's own error
+                    return unprotected.value
+                raise
+            outcome = claim.outcome
+            if outcome is ClaimOutcome.REPLAY:
+                self._emit(call, "replay", claim.fence, claim.attempt)
+                return self._replay(call, claim.payload, claim.failed)
+            if outcome.runs:
+                break
+            if outcome is ClaimOutcome.BUSY:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + policy.wait_timeout_s
+                left = deadline - now
+                if left <= 0:
+                    raise InProgressError(
+                        f"another caller is still running this tool call (fence {claim.fence}, "
+                        f"lease {claim.retry_after_ms} ms left) and it did not finish within "
+                        f"wait_timeout={policy.wait_timeout_s:g}s; retry later or raise "
+                        "wait_timeout",
+                        key=call.key,
+                    )
+                if not waited:
+                    waited = True
+                    self._emit(
+                        call,
+                        "wait",
+                        claim.fence,
+                        claim.attempt,
+                        {"lease_left_ms": claim.retry_after_ms},
+                    )
+                yield _WatchStep(claim.fence, min(left, claim.retry_after_ms / 1000 + 0.002))
+                continue
+            if outcome is ClaimOutcome.MISMATCH:
+                self._emit(call, "payload_mismatch", claim.fence, claim.attempt)
+                raise PayloadMismatchError(
+                    "this idempotency key was already used with different arguments; a key "
+                    "must identify one payload (use a new key for a new request)",
+                    key=call.key,
+                )
+            raise OutcomeUnknownError(
+                f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
+                "without recording a result, so its side effect may or may not have happened; "
+                "check downstream, then run `langchain-idempotent resolve "
+                f"{call.key}` to store the real result or free the key",
+                key=call.key,
+            )
+
+        ctx = IdempotencyContext(
+            key=call.key,
+            fence=claim.fence,
+            attempt=claim.attempt,
+            takeover=outcome is ClaimOutcome.TAKEOVER,
+            owner=call.owner,
+        )
+        self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
+        done: _Outcome = yield _RunStep(ctx)
+
+        if done.exc is not None:
+            failure = done.exc
+            if self._is_terminal(failure):
+                stored = yield from self._complete(
+                    call, ctx, self.serializer.dumps_failure(failure), failed=True
+                )
+                if stored is not None and not stored.stored:
+                    return self._replay(call, stored.payload, stored.failed)
+                raise failure
+            yield from self._release(call, ctx)
+            raise failure
+
+        try:
+            payload = self.serializer.dumps(done.value, key=call.key)
+        except (IdempotencyError, ValueError) as exc:
+            # The effect happened but its result cannot be stored. Store the error instead,
+            # so a retry does not repeat the effect, and tell this caller too.
+            stored = yield from self._complete(
+                call, ctx, self.serializer.dumps_failure(exc), failed=True
+            )
+            if stored is not None and not stored.stored:
+                return self._replay(call, stored.payload, stored.failed)
+            raise
+        completion = yield from self._complete(call, ctx, payload, failed=False)
+        if completion is None or completion.stored:
+            return done.value
+        return self._replay(call, completion.payload, completion.failed)
+
+    def _complete(
+        self, call: _Call, ctx: IdempotencyContext, payload: bytes, *, failed: bool
+    ) -> Generator[_Step, Any, Completion | None]:
+        try:
+            completion: Completion = yield _CompleteStep(ctx, payload, failed)
+        except IdempotencyError as exc:
+            # The action ran; its result is returned to this caller. The lease will expire
+            # and a later duplicate takes over with the same key (pass it downstream).
+            self._emit(
+                call, "store_error", ctx.fence, ctx.attempt, {"op": "complete", "error": str(exc)}
+            )
+            return None
+        if completion.stale:
+            self._emit(
+                call, "stale_completion", ctx.fence, ctx.attempt, {"stored": completion.stored}
+            )
+        elif completion.stored:
+            self._emit(call, "complete", ctx.fence, ctx.attempt)
+        return completion
+
+    def _release(self, call: _Call, ctx: IdempotencyContext) -> Generator[_Step, Any, None]:
+        try:
+            released = yield _ReleaseStep(ctx)
+        except IdempotencyError as exc:
+            self._emit(
+                call, "store_error", ctx.fence, ctx.attempt, {"op": "release", "error": str(exc)}
+            )
+            return
+        if released:
+            self._emit(call, "release", ctx.fence, ctx.attempt)
+
+    def _is_terminal(self, exc: BaseException) -> bool:
+        return (
+            isinstance(exc, Exception)
+            and not isinstance(exc, GraphBubbleUp)
+            and isinstance(exc, self.policy.terminal_exceptions)
+        )
+
+    def _replay(self, call: _Call, payload: bytes | None, failed: bool) -> Any:
+        try:
+            if failed:
+                failure = self.serializer.loads_failure(payload, key=call.key)
+            else:
+                return self.serializer.loads(payload, key=call.key)
+        except IdempotencyError as exc:
+            self._emit(call, "store_error", detail={"op": "decode", "error": str(exc)})
+            raise
+        raise failure.rebuild(self.policy.terminal_exceptions)
+
+    def _emit(
+        self,
+        call: _Call,
+        kind: EventKind,
+        fence: int = 0,
+        attempt: int = 0,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._counter(IdempotencyEvent(kind, call.key))
+        if self.on_event is None and call.observer is None and not logger.isEnabledFor(10):
+            return
+        event = IdempotencyEvent(kind, call.key, call.tool, fence, attempt, detail or {})
+        log_event(event)
+        for hook in (self.on_event, call.observer):
+            if hook is not None:
+                try:
+                    hook(event)
+                except Exception:
+                    logger.exception("an idempotency event hook raised; ignored")
+
+    def _call(
+        self,
+        key: str,
+        fingerprint: str,
+        tool: str | None,
+        meta: Mapping[str, str] | None,
+        observer: EventHook | None,
+    ) -> _Call:
+        if not isinstance(key, str) or not key:
+            raise ValueError("the idempotency key must be a non-empty string")
+        return _Call(key, fingerprint, secrets.token_hex(12), tool, meta, observer)
+
+    # -- sync driver ------------------------------------------------------------------
+
+    def run(
+        self,
+        key: str,
+        *,
+        fingerprint: str,
+        action: Callable[[], T],
+        tool: str | None = None,
+        meta: Mapping[str, str] | None = None,
+        observer: EventHook | None = None,
+    ) -> T:
+        """Run ``action`` once for ``key`` and return its result, or replay the stored one."""
+        call = self._call(key, fingerprint, tool, meta, observer)
+        steps = self._protocol(call)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as finished:
+                return finished.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            try:
+                reply = self._do(step, call, action)
+            except IdempotencyError as exc:
+                error = exc
+
+    def _do(self, step: _Step, call: _Call, action: Callable[[], Any]) -> Any:
+        store, policy = self.store, self.policy
+        if step is _CLAIM:
+            return store.claim(
+                call.key,
+                owner=call.owner,
+                fingerprint=call.fingerprint,
+                lease_ms=policy.lease_ms,
+                ttl_ms=policy.ttl_ms,
+                on_expired="report" if policy.on_expired == "raise" else "takeover",
+                meta=call.meta,
+            )
+        if isinstance(step, _RunStep):
+            return self._run_action(step.ctx, call, action)
+        if isinstance(step, _CompleteStep):
+            return store.complete(
+                call.key,
+                owner=call.owner,
+                fence=step.ctx.fence,
+                fingerprint=call.fingerprint,
+                payload=step.payload,
+                failed=step.failed,
+                ttl_ms=policy.ttl_ms,
+                meta=call.meta,
+            )
+        if isinstance(step, _ReleaseStep):
+            return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
+        assert isinstance(step, _WatchStep)
+        store.watch(call.key, fence=step.fence, timeout=step.timeout)
+        return None
+
+    def _run_action(
+        self, ctx: IdempotencyContext | None, call: _Call, action: Callable[[], Any]
+    ) -> _Outcome:
+        if ctx is None:
+            try:
+                return _Outcome(value=action())
+            except BaseException as exc:
+                return _Outcome(exc=exc)
+        token = _current.set(ctx)
+        renewal = schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
+        try:
+            return _Outcome(value=action())
+        except BaseException as exc:
+            return _Outcome(exc=exc)
+        finally:
+            renewal.cancel()
+            _current.reset(token)
+
+    def _renew(self, call: _Call, ctx: IdempotencyContext) -> bool:
+        ok = self.store.renew(
+            call.key, owner=call.owner, fence=ctx.fence, lease_ms=self.policy.lease_ms
+        )
+        if not ok:
+            self._lease_lost(call, ctx)
+        return ok
+
+    def _lease_lost(self, call: _Call, ctx: IdempotencyContext) -> None:
+        ctx._lease.lost = True
+        self._emit(call, "lease_lost", ctx.fence, ctx.attempt)
+
+    # -- async driver -----------------------------------------------------------------
+
+    async def arun(
+        self,
+        key: str,
+        *,
+        fingerprint: str,
+        action: Callable[[], Awaitable[T]],
+        tool: str | None = None,
+        meta: Mapping[str, str] | None = None,
+        observer: EventHook | None = None,
+    ) -> T:
+        """The async twin of :meth:`run`; ``action`` returns an awaitable."""
+        call = self._call(key, fingerprint, tool, meta, observer)
+        steps = self._protocol(call)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = steps.send(reply) if error is None else steps.throw(error)
+            except StopIteration as finished:
+                return finished.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            try:
+                reply = await self._ado(step, call, action)
+            except IdempotencyError as exc:
+                error = exc
+
+    async def _ado(self, step: _Step, call: _Call, action: Callable[[], Awaitable[Any]]) -> Any:
+        store, policy = self.store, self.policy
+        if step is _CLAIM:
+            return await store.aclaim(
+                call.key,
+                owner=call.owner,
+                fingerprint=call.fingerprint,
+                lease_ms=policy.lease_ms,
+                ttl_ms=policy.ttl_ms,
+                on_expired="report" if policy.on_expired == "raise" else "takeover",
+                meta=call.meta,
+            )
+        if isinstance(step, _RunStep):
+            return await self._arun_action(step.ctx, call, action)
+        if isinstance(step, _CompleteStep):
+            return await store.acomplete(
+                call.key,
+                owner=call.owner,
+                fence=step.ctx.fence,
+                fingerprint=call.fingerprint,
+                payload=step.payload,
+                failed=step.failed,
+                ttl_ms=policy.ttl_ms,
+                meta=call.meta,
+            )
+        if isinstance(step, _ReleaseStep):
+            return await store.arelease(call.key, owner=call.owner, fence=step.ctx.fence)
+        assert isinstance(step, _WatchStep)
+        await store.awatch(call.key, fence=step.fence, timeout=step.timeout)
+        return None
+
+    async def _arun_action(
+        self, ctx: IdempotencyContext | None, call: _Call, action: Callable[[], Awaitable[Any]]
+    ) -> _Outcome:
+        if ctx is None:
+            try:
+                return _Outcome(value=await action())
+            except BaseException as exc:
+                return _Outcome(exc=exc)
+        token = _current.set(ctx)
+        renewal = AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
+        try:
+            return _Outcome(value=await action())
+        except BaseException as exc:
+            return _Outcome(exc=exc)
+        finally:
+            renewal.cancel()
+            _current.reset(token)
+
+    async def _arenew(self, call: _Call, ctx: IdempotencyContext) -> bool:
+        ok = await self.store.arenew(
+            call.key, owner=call.owner, fence=ctx.fence, lease_ms=self.policy.lease_ms
+        )
+        if not ok:
+            self._lease_lost(call, ctx)
+        return ok

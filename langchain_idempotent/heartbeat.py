@@ -1,0 +1,124 @@
+"""Lease renewal for long-running tools, without a thread per call.
+
+Sync: one daemon thread per process (started on first use, restarted after ``fork``)
+keeps a heap of due renewals. Scheduling is a heap push; a tool that finishes before its
+first renewal is due costs nothing more. Async: a timer on the running loop
+(``loop.call_later``) that starts a renewal task only if the tool is still running.
+
+A renewal callback returns ``False`` when the lease is gone; it is then not rescheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+__all__ = ["AsyncRenewal", "Renewal", "schedule_renewal"]
+
+log = logging.getLogger("langchain_idempotent.heartbeat")
+
+
+class Renewal:
+    """A scheduled renewal; ``cancel()`` when the tool finishes."""
+
+    __slots__ = ("cancelled", "every", "renew")
+
+    def __init__(self, every: float, renew: Callable[[], bool]) -> None:
+        self.every = every
+        self.renew = renew
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Scheduler:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Renewal]] = []
+        self._seq = itertools.count()
+        self._pid = -1
+        self._sleeping_until = float("inf")  # when the thread will next wake by itself
+
+    def add(self, renewal: Renewal) -> None:
+        due = time.monotonic() + renewal.every
+        with self._cond:
+            if self._pid != os.getpid():
+                self._heap.clear()  # after fork: the parent's thread is gone
+                self._pid = os.getpid()
+                threading.Thread(
+                    target=self._loop, name="idempotency-renewals", daemon=True
+                ).start()
+            heapq.heappush(self._heap, (due, next(self._seq), renewal))
+            if due < self._sleeping_until:  # only wake the thread if it would oversleep
+                self._sleeping_until = due
+                self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][2].cancelled:
+                        heapq.heappop(self._heap)
+                    if self._heap and self._heap[0][0] <= time.monotonic():
+                        _, _, renewal = heapq.heappop(self._heap)
+                        break
+                    if self._heap:
+                        self._sleeping_until = self._heap[0][0]
+                        self._cond.wait(self._sleeping_until - time.monotonic())
+                    else:
+                        self._sleeping_until = float("inf")
+                        self._cond.wait()
+            try:
+                keep = renewal.renew()
+            except Exception:  # a store error: try again at the next tick
+                log.warning("lease renewal failed; retrying", exc_info=True)
+                keep = True
+            if keep and not renewal.cancelled:
+                with self._cond:
+                    due = time.monotonic() + renewal.every
+                    heapq.heappush(self._heap, (due, next(self._seq), renewal))
+
+
+_scheduler = _Scheduler()
+
+
+def schedule_renewal(every: float, renew: Callable[[], bool]) -> Renewal:
+    renewal = Renewal(every, renew)
+    _scheduler.add(renewal)
+    return renewal
+
+
+class AsyncRenewal:
+    """Renew on the running loop every ``every`` seconds until cancelled."""
+
+    __slots__ = ("_every", "_handle", "_renew", "_task")
+
+    def __init__(self, every: float, renew: Callable[[], Awaitable[bool]]) -> None:
+        self._every = every
+        self._renew = renew
+        self._task: asyncio.Task[None] | None = None
+        self._handle = asyncio.get_running_loop().call_later(every, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if not await self._renew():
+                    return
+            except Exception:
+                log.warning("lease renewal failed; retrying", exc_info=True)
+            await asyncio.sleep(self._every)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+        if self._task is not None:
+            self._task.cancel()
