@@ -20,18 +20,24 @@ from .errors import (
     StoreUnavailableError,
 )
 from .events import EVENT_KINDS, EventCounter, IdempotencyEvent
+from .keys import CallInfo
 from .policy import Policy
+from .settings import IdempotencySettings, store_from_url
 from .stores import BaseIdempotencyStore, InMemoryIdempotencyStore
+from .tool import IdempotentTool, idempotent
 
 __all__ = [
     "EVENT_KINDS",
     "BaseIdempotencyStore",
+    "CallInfo",
     "CorruptRecordError",
     "Engine",
     "EventCounter",
     "IdempotencyContext",
     "IdempotencyError",
     "IdempotencyEvent",
+    "IdempotencySettings",
+    "IdempotentTool",
     "InMemoryIdempotencyStore",
     "InProgressError",
     "InvalidArgumentsError",
@@ -44,4 +50,6 @@ __all__ = [
     "StoreUnavailableError",
     "get_idempotency_context",
     "idempotency_scope",
+    "idempotent",
+    "store_from_url",
 ]

@@ -14,10 +14,12 @@ exception's type, message and string arguments, and re-raised from that on repla
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
 
 from .errors import CorruptRecordError, ResultTooLargeError
 
@@ -152,9 +154,17 @@ class ResultSerializer:
 
 
 def _as_lists(value: Any) -> Any:
-    """Tuples nested in containers come back as lists; compare them as lists."""
+    """A comparable shape: tuples nested anywhere come back as lists, so compare them as
+    lists; models and dataclasses compare by type and fields."""
     if isinstance(value, tuple | list):
         return [_as_lists(v) for v in value]
     if isinstance(value, dict):
         return {k: _as_lists(v) for k, v in value.items()}
+    if isinstance(value, BaseModel):
+        return (type(value), {k: _as_lists(getattr(value, k)) for k in type(value).model_fields})
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (
+            type(value),
+            {f.name: _as_lists(getattr(value, f.name)) for f in dataclasses.fields(value)},
+        )
     return value
