@@ -170,8 +170,13 @@ def decide_complete(
         return Completion(stored=True, stale=True, failed=failed, payload=payload), new
     stale = not (rec.state is State.RUNNING and rec.owner == owner and rec.fence == fence)
     new = replace(
-        rec, state=state, owner=owner, fence=max(rec.fence, fence), lease_until=0,
-        payload=payload, updated_at=now,
+        rec,
+        state=state,
+        owner=owner,
+        fence=max(rec.fence, fence),
+        lease_until=0,
+        payload=payload,
+        updated_at=now,
     )
     return Completion(stored=True, stale=stale, failed=failed, payload=payload), new
 

@@ -310,10 +310,9 @@ def _event_data(event: IdempotencyEvent) -> dict[str, Any]:
 
 
 def _dispatch(event: IdempotencyEvent, config: RunnableConfig) -> None:
-    try:
+    # No parent run (a bare call without callbacks): the log line still says it.
+    with contextlib.suppress(RuntimeError):
         dispatch_custom_event(f"idempotency.{event.kind}", _event_data(event), config=config)
-    except RuntimeError:
-        pass  # no parent run (a bare call without callbacks): the log line still says it
 
 
 async def _adispatch(event: IdempotencyEvent, config: RunnableConfig) -> None:

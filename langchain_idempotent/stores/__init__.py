@@ -2,5 +2,6 @@
 
 from .base import BaseIdempotencyStore
 from .memory import InMemoryIdempotencyStore
+from .sqlite import SqliteIdempotencyStore
 
-__all__ = ["BaseIdempotencyStore", "InMemoryIdempotencyStore"]
+__all__ = ["BaseIdempotencyStore", "InMemoryIdempotencyStore", "SqliteIdempotencyStore"]
