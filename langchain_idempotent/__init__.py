@@ -21,6 +21,7 @@ from .errors import (
 )
 from .events import EVENT_KINDS, EventCounter, IdempotencyEvent
 from .keys import CallInfo
+from .middleware import IdempotencyMiddleware
 from .policy import Policy
 from .settings import IdempotencySettings, store_from_url
 from .stores import BaseIdempotencyStore, InMemoryIdempotencyStore
@@ -36,6 +37,7 @@ __all__ = [
     "IdempotencyContext",
     "IdempotencyError",
     "IdempotencyEvent",
+    "IdempotencyMiddleware",
     "IdempotencySettings",
     "IdempotentTool",
     "InMemoryIdempotencyStore",
