@@ -1,0 +1,75 @@
+"""Where our Redis engine spends its time: cProfile of replay and first run next to r.ping().
+
+For each operation: Python function calls per call (a good proxy for interpreter cost on
+the fast path), and the functions with the most own time. Written to
+``benchmarks/results/profile.txt`` by ``python -m benchmarks --profile``.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import itertools
+import pstats
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from . import ours
+
+__all__ = ["profile_ours"]
+
+CALLS = 2000
+
+
+def _profile(name: str, op: Callable[[int], object], top: int = 25) -> str:
+    for i in range(200):
+        op(i)  # warm up outside the profile
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(CALLS):
+        op(i)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    total_calls = stats.total_calls  # type: ignore[attr-defined]
+    buf = io.StringIO()
+    stats.stream = buf  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(top)
+    head = (
+        f"=== {name}: {total_calls / CALLS:.0f} Python function calls per call, "
+        f"{stats.total_tt / CALLS * 1e6:.1f} µs per call under the profiler ===\n"  # type: ignore[attr-defined]
+    )
+    return head + buf.getvalue()
+
+
+def profile_ours(redis_url: str, workdir: str) -> str:
+    r = redis.Redis.from_url(redis_url)
+    out = [_profile("r.ping()", lambda i: r.ping())]
+    reason = ours.engine_error("redis")
+    if reason is not None:
+        r.close()
+        return "\n".join([*out, f"ours: {reason}"])
+    store: Any = ours.make_store("redis", redis_url=redis_url, workdir=workdir)
+    engine = ours.make_engine(store)
+
+    def action() -> dict[str, bool]:
+        return {"ok": True}
+
+    engine.run("profile:replay", fingerprint="fp", action=action)
+    out.append(
+        _profile(
+            "ours, Redis replay",
+            lambda i: engine.run("profile:replay", fingerprint="fp", action=action),
+        )
+    )
+    fresh = itertools.count()
+    out.append(
+        _profile(
+            "ours, Redis first run",
+            lambda i: engine.run(f"profile:first:{next(fresh)}", fingerprint="fp", action=action),
+        )
+    )
+    store.close()
+    r.close()
+    return "\n".join(out)

@@ -1,0 +1,206 @@
+"""The benchmark run: one server, every latency case interleaved, then throughput.
+
+``python -m benchmarks``          full run, writes ``benchmarks/results/latest.{md,json}``
+``python -m benchmarks --quick``  under a minute, writes ``quick.{md,json}`` (CI smoke test)
+
+The exit status is 0 when the run completed, whatever the timings, and 1 when a case that
+could run failed or counted executions wrongly (a first run that did not execute exactly
+once, a replay that executed, a duplicate execution by our engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from contextlib import ExitStack
+from typing import Any
+
+from . import report as rep
+from .latency import Context, build_cases, latency_results, run_latency
+from .server import RedisServer, can_pin, placements, unpin
+from .throughput import ProcessPool, ThroughputSpec, run_case
+
+__all__ = ["main"]
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="a short run (< 1 min) for CI")
+    p.add_argument("--rounds", type=int, help="latency rounds (default 30; quick 3)")
+    p.add_argument("--batch", type=int, help="calls per case per round (default 200; quick 20)")
+    p.add_argument("--graph-batch", type=int, help="calls per LangGraph case per round")
+    p.add_argument("--throughput-calls", type=int, help="calls per throughput case (default 3200)")
+    p.add_argument("--reps", type=int, help="throughput repetitions (default 3; quick 1)")
+    p.add_argument("--no-throughput", action="store_true", help="skip the throughput cases")
+    p.add_argument("--no-processes", action="store_true", help="skip the process cases")
+    p.add_argument("--profile", action="store_true", help="cProfile our Redis engine too")
+    p.add_argument("--out", default=RESULTS_DIR, help="directory for the results")
+    p.add_argument("--name", help="file stem of the results (default latest; quick: quick)")
+    p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
+    return p.parse_args(argv)
+
+
+def _throughput_specs(args: argparse.Namespace) -> list[ThroughputSpec]:
+    total = args.throughput_calls
+    thread_counts = [8] if args.quick else [8, 32]
+    specs: list[ThroughputSpec] = []
+    for keys in ("distinct", "hot"):
+        for workers in thread_counts:
+            for impl in ("reference", "ours_redis", "ours_sqlite", "ours_memory"):
+                specs.append(ThroughputSpec(impl, "threads", workers, keys, total // workers))
+        if not args.no_processes:
+            for impl in ("reference", "ours_redis", "ours_sqlite"):
+                specs.append(ThroughputSpec(impl, "processes", 4, keys, total // 4))
+    return specs
+
+
+def _check_counts(report: dict[str, Any]) -> list[str]:
+    """Execution-count failures: the only thing besides crashes that fails a run."""
+    problems: list[str] = []
+    for e in report["latency"]:
+        if e["status"] == "error":
+            problems.append(f"latency {e['row']} {e['column']}: {e['detail']}")
+        elif "executions" in e and e["executions"] != e["expected_executions"]:
+            problems.append(
+                f"latency {e['row']} {e['column']}: {e['executions']} executions for "
+                f"{e['calls']} calls (expected {e['expected_executions']})"
+            )
+    for t in report["throughput"]:
+        if t.get("status") == "unavailable":
+            continue
+        if t.get("status") not in ("ok", "partial"):
+            problems.append(f"throughput {t['impl']} {t['mode']}: {t.get('detail')}")
+            continue
+        if t["impl"].startswith("ours") and (
+            t["duplicate_executions"] or t["keys_never_run"] or t["errors"]
+        ):
+            problems.append(
+                f"throughput {t['impl']} {t['workers']} {t['mode']} {t['keys']}: "
+                f"{t['duplicate_executions']} duplicates, {t['keys_never_run']} keys never "
+                f"run, errors {t['errors']}"
+            )
+        if t["unexpected_keys"]:
+            problems.append(f"throughput {t['impl']}: executions under unexpected keys")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    quick = args.quick
+    args.rounds = args.rounds or (3 if quick else 30)
+    args.batch = args.batch or (20 if quick else 200)
+    args.graph_batch = args.graph_batch or (10 if quick else 50)
+    args.throughput_calls = args.throughput_calls or (320 if quick else 3200)
+    args.reps = args.reps or (1 if quick else 3)
+    args.name = args.name or ("quick" if quick else "latest")
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    command = "python -m benchmarks " + " ".join(sys.argv[1:] if argv is None else argv)
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    where = placements()
+    original_cpus = sorted(os.sched_getaffinity(0)) if can_pin() else []
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    with ExitStack() as stack:
+        server = stack.enter_context(RedisServer(cpu=where[0].server_cpu))
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-"))
+        progress(f"redis-server {server.version} on port {server.port}")
+        ctx = Context(server=server, workdir=workdir, stack=stack)
+        cases = build_cases(ctx)
+        run_latency(
+            cases,
+            server,
+            where,
+            rounds=args.rounds,
+            batch=args.batch,
+            graph_batch=args.graph_batch,
+            seed=seed,
+            progress=progress,
+        )
+        latency = latency_results(cases, where)
+        if original_cpus:
+            unpin(server, original_cpus)
+
+        runs: list[dict[str, Any]] = []
+        if not args.no_throughput:
+            specs = _throughput_specs(args)
+            pool = None
+            if any(s.mode == "processes" for s in specs):
+                pool = ProcessPool(4)
+                stack.callback(pool.close)
+            rng = random.Random(seed)
+            for r in range(args.reps):
+                order = list(specs)
+                rng.shuffle(order)
+                for spec in order:
+                    tag = uuid.uuid4().hex[:8]
+                    runs.append(run_case(spec, server.url, workdir, tag, pool))
+                progress(f"throughput repetition {r + 1}/{args.reps}")
+
+        profile_text = None
+        if args.profile:
+            from .profile import profile_ours
+
+            profile_text = profile_ours(server.url, workdir)
+
+    throughput = rep.aggregate_throughput(runs)
+    labels = {p.name: p.label for p in where}
+    report: dict[str, Any] = {
+        "mode": "quick" if quick else "full",
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command.strip(),
+        "seed": seed,
+        "machine": rep.machine_info(
+            server.version, "taskset + sched_setaffinity" if can_pin() else "none"
+        ),
+        "loadavg_start": load_start,
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "config": {
+            "rounds": args.rounds,
+            "batch": args.batch,
+            "graph_batch": args.graph_batch,
+            "throughput_calls": args.throughput_calls,
+            "throughput_reps": args.reps,
+        },
+        "placements": labels,
+        "latency": latency,
+        "throughput": throughput,
+        "throughput_runs": runs,
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    report["goals"] = rep.evaluate_goals(latency, throughput, labels)
+    problems = _check_counts(report)
+    report["problems"] = problems
+    report["notes"] = [
+        f"Run took {report['elapsed_s']} s; seed {seed}.",
+        "Other processes on this machine add noise: compare ratios within one run, not "
+        "absolute figures across runs.",
+        *[f"PROBLEM: {p}" for p in problems],
+    ]
+    os.makedirs(args.out, exist_ok=True)
+    md = rep.render_markdown(report)
+    with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
+        json.dump(report, f, indent=2, default=str)
+        f.write("\n")
+    if profile_text is not None:
+        with open(os.path.join(args.out, "profile.txt"), "w") as f:
+            f.write(profile_text)
+    print(md)
+    for p in problems:
+        print(f"PROBLEM: {p}", file=sys.stderr)
+    return 1 if problems else 0
