@@ -1,0 +1,256 @@
+"""Keys: the same call gives the same key; anything that makes it another effect changes it."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Annotated, Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.prebuilt import InjectedState
+
+from langchain_idempotent import (
+    InvalidArgumentsError,
+    MissingScopeError,
+    idempotency_scope,
+)
+from langchain_idempotent.canonical import canonical_json
+from langchain_idempotent.keys import CallInfo, call_info, derive_key, graph_path
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(), json_values, max_size=6))
+def test_key_order_never_changes_the_canonical_form(doc: dict[str, Any]) -> None:
+    reordered = dict(reversed(list(doc.items())))
+    assert canonical_json(doc) == canonical_json(reordered)
+
+
+@given(st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1))
+def test_an_integer_and_the_same_float_are_the_same_argument(n: int) -> None:
+    assert canonical_json({"amount": n}) == canonical_json({"amount": float(n)})
+
+
+def _numbers_as_floats(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, list):
+        return [_numbers_as_floats(v) for v in value]
+    return {k: _numbers_as_floats(v) for k, v in value.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(json_values)
+def test_the_canonical_form_is_json_that_parses_back_to_an_equal_value(value: Any) -> None:
+    # JSON numbers are IEEE doubles: compare as such (6.4e16 is written as an integer).
+    text = canonical_json(value)
+    assert _numbers_as_floats(json.loads(text)) == _numbers_as_floats(value)
+
+
+@given(st.text(min_size=1))
+def test_unicode_is_kept_exactly_and_never_normalised(s: str) -> None:
+    nfkc = unicodedata.normalize("NFKC", s)
+    same = canonical_json({"name": s}) == canonical_json({"name": nfkc})
+    assert same == (s == nfkc)
+
+
+def test_look_alike_characters_are_different_arguments() -> None:
+    cyrillic_a = "\u0430"
+    assert canonical_json({"to": "paypal"}) != canonical_json({"to": f"p{cyrillic_a}ypal"})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 2**60, object()])
+def test_arguments_without_a_canonical_form_are_a_clear_error(bad: object) -> None:
+    with pytest.raises(InvalidArgumentsError):
+        canonical_json({"x": bad})
+
+
+def test_deep_nesting_is_a_clear_error_not_a_crash() -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(InvalidArgumentsError):
+        canonical_json(deep)
+
+
+@pytest.mark.parametrize(
+    ("ns", "path"),
+    [
+        ("", ""),
+        ("tools:0340b676-94a7-03a6-cde8-591d4889d429", "tools"),
+        ("outer:12f41adf|tools:0340b676", "outer|tools"),
+        ("a:1|b:2|c:3", "a|b|c"),
+    ],
+)
+def test_graph_path_drops_task_ids(ns: str, path: str) -> None:
+    assert graph_path(ns) == path
+
+
+@tool
+def refund(
+    invoice: str,
+    amount: float,
+    state: Annotated[dict, InjectedState],
+    call_id: Annotated[str, InjectedToolCallId],
+) -> str:
+    """Refund an invoice."""
+    return "ok"
+
+
+def info(
+    args: dict[str, Any],
+    *,
+    thread: str | None = "t1",
+    ns: str = "default",
+    node: str = "tools",
+    checkpoint_ns: str = "tools:abc",
+    call_id: str | None = "c1",
+) -> CallInfo:
+    config: dict[str, Any] = {
+        "configurable": {"checkpoint_ns": checkpoint_ns},
+        "metadata": {"langgraph_node": node},
+    }
+    if thread is not None:
+        config["configurable"]["thread_id"] = thread
+    return call_info(
+        tool="refund",
+        schema=refund.tool_call_schema,
+        tool_input=args,
+        tool_call_id=call_id,
+        config=config,
+        namespace=ns,
+    )  # type: ignore[arg-type]
+
+
+ARGS = {"invoice": "inv_1", "amount": 140}
+
+
+def key(i: CallInfo, scope: Any = "thread") -> str:
+    return derive_key(i, scope).key
+
+
+def test_injected_arguments_never_enter_the_key() -> None:
+    a = info({**ARGS, "state": {"messages": [1]}, "call_id": "x"})
+    b = info({**ARGS, "state": {"messages": [2, 3]}, "call_id": "y"})
+    assert key(a) == key(b)
+
+
+def test_140_and_140_0_and_reordered_keys_are_one_call() -> None:
+    assert key(info(ARGS)) == key(info({"amount": 140.0, "invoice": "inv_1"}))
+
+
+def test_task_ids_in_the_checkpoint_namespace_do_not_change_the_key() -> None:
+    assert key(info(ARGS, checkpoint_ns="tools:aaa")) == key(info(ARGS, checkpoint_ns="tools:bbb"))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"thread": "t2"},
+        {"ns": "tenant-b"},
+        {"node": "other_tools"},
+        {"checkpoint_ns": "sub_a:1|tools:2"},
+    ],
+)
+def test_thread_namespace_node_and_graph_path_separate_keys(other: dict[str, Any]) -> None:
+    assert key(info(ARGS)) != key(info(ARGS, **other))
+
+
+def test_other_arguments_are_another_key_under_thread_scope() -> None:
+    assert key(info(ARGS)) != key(info({**ARGS, "amount": 141}))
+
+
+def test_call_scope_keys_by_tool_call_id_and_fingerprints_the_arguments() -> None:
+    a, b = (
+        derive_key(info(ARGS, call_id="c1"), "call"),
+        derive_key(info(ARGS, call_id="c2"), "call"),
+    )
+    assert a.key != b.key and a.fingerprint == b.fingerprint
+    c = derive_key(info({**ARGS, "amount": 1}, call_id="c1"), "call")
+    assert c.key == a.key and c.fingerprint != a.fingerprint
+
+
+def test_call_scope_without_a_tool_call_id_says_how_to_fix_it() -> None:
+    with pytest.raises(MissingScopeError, match="ToolCall"):
+        derive_key(info(ARGS, call_id=None), "call")
+
+
+def test_turn_scope_uses_the_explicit_turn_when_given() -> None:
+    i1 = info(ARGS)
+    cfg = {**i1.config, "configurable": {**i1.config["configurable"], "idempotency_turn": "u1"}}
+    cfg2 = {**i1.config, "configurable": {**i1.config["configurable"], "idempotency_turn": "u2"}}
+    k1 = derive_key(
+        call_info(
+            tool="refund",
+            schema=refund.tool_call_schema,
+            tool_input=ARGS,
+            tool_call_id="c",
+            config=cfg,
+            namespace="default",
+        ),
+        "turn",
+    )  # type: ignore[arg-type]
+    k2 = derive_key(
+        call_info(
+            tool="refund",
+            schema=refund.tool_call_schema,
+            tool_input=ARGS,
+            tool_call_id="c",
+            config=cfg2,
+            namespace="default",
+        ),
+        "turn",
+    )  # type: ignore[arg-type]
+    assert k1.key != k2.key
+    with pytest.raises(MissingScopeError, match="idempotency_turn"):
+        derive_key(i1, "turn")
+
+
+def test_a_key_function_decides_and_namespaces_still_separate() -> None:
+    fn = lambda call: f"order-{call.args['invoice']}"  # noqa: E731
+    assert key(info(ARGS), fn) == key(info({**ARGS, "amount": 9}, thread="t9"), fn)
+    assert key(info(ARGS), fn) != key(info(ARGS, ns="tenant-b"), fn)
+    with pytest.raises(InvalidArgumentsError, match="non-empty string"):
+        key(info(ARGS), lambda call: "")
+
+
+def test_no_thread_id_is_a_loud_error_that_says_how_to_give_one() -> None:
+    with pytest.raises(MissingScopeError, match="thread_id") as e:
+        key(info(ARGS, thread=None))
+    assert "idempotency_scope" in str(e.value)
+
+
+def test_an_explicit_scope_makes_calls_outside_graphs_keyable() -> None:
+    with idempotency_scope("order-123"):
+        k1 = key(info(ARGS, thread=None))
+    with idempotency_scope("order-123"):
+        k2 = key(info(ARGS, thread=None))
+    assert k1 == k2 == key(info(ARGS, thread="order-123"))
+
+
+def test_thread_ids_with_control_characters_are_fine_and_distinct() -> None:
+    assert key(info(ARGS, thread="t\x00\n1")) != key(info(ARGS, thread="t1"))
+
+
+def test_keys_are_64_hex_chars_safe_for_headers_and_redis() -> None:
+    k = key(info(ARGS))
+    assert len(k) == 64 and all(c in "0123456789abcdef" for c in k)
