@@ -1,0 +1,544 @@
+"""The SQLite store: the shared contract, plus what only a file shared by processes shows.
+
+Multi-process tests fork (Linux): children inherit the parent's store object, so they also
+prove that inherited connections are left alone and the child opens its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import pickle
+import random
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
+from langchain_idempotent.record import ClaimOutcome, Completion, State
+from langchain_idempotent.stores import SqliteIdempotencyStore
+from langchain_idempotent.stores import sqlite as sqlite_module
+from langchain_idempotent.testing import StoreContractTests
+
+LONG_MS = 60_000
+TTL_MS = 3_600_000
+TABLE = "idempotency_records"
+
+fork_only = pytest.mark.skipif(
+    "fork" not in mp.get_all_start_methods(), reason="needs fork() to share the store object"
+)
+
+
+class TestSqliteStoreContract(StoreContractTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[SqliteIdempotencyStore]:
+        s = SqliteIdempotencyStore(tmp_path / "idem.sqlite")
+        yield s
+        s.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "idem.sqlite"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SqliteIdempotencyStore]:
+    s = SqliteIdempotencyStore(db_path)
+    yield s
+    s.close()
+
+
+class FakeClock:
+    """A clock the test moves by hand (seconds, like :func:`time.time`)."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def claim(store: SqliteIdempotencyStore, key: str, owner: str, **kw: Any) -> Any:
+    kw.setdefault("lease_ms", LONG_MS)
+    kw.setdefault("ttl_ms", TTL_MS)
+    return store.claim(key, owner=owner, fingerprint="fp", **kw)
+
+
+def complete(
+    store: SqliteIdempotencyStore, key: str, owner: str, fence: int, payload: bytes, **kw: Any
+) -> Completion:
+    kw.setdefault("ttl_ms", TTL_MS)
+    return store.complete(
+        key, owner=owner, fence=fence, fingerprint="fp", payload=payload, failed=False, **kw
+    )
+
+
+def raw(db_path: Path) -> sqlite3.Connection:
+    """A plain connection to the store's file, as another program would open it."""
+    return sqlite3.connect(db_path, isolation_level=None, timeout=5, check_same_thread=False)
+
+
+def pragma(store: SqliteIdempotencyStore, name: str) -> Any:
+    """A PRAGMA as the store's own (pooled) connection sees it."""
+    with store._connection(None) as db:
+        return db.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+# -- construction and configuration ------------------------------------------------------------
+
+
+def test_constructing_a_store_touches_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "later.sqlite"
+    SqliteIdempotencyStore(path)
+    SqliteIdempotencyStore.from_url(f"sqlite:///{path}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_cannot_be_opened_is_store_unavailable_with_the_key(tmp_path: Path) -> None:
+    store = SqliteIdempotencyStore(tmp_path / "missing-dir" / "idem.sqlite")
+    with pytest.raises(StoreUnavailableError) as err:
+        claim(store, "k1", "a")
+    assert err.value.key == "k1"
+    assert isinstance(err.value.__cause__, sqlite3.OperationalError)
+
+
+def test_a_file_that_is_not_a_database_is_store_unavailable(db_path: Path) -> None:
+    db_path.write_bytes(b"this is not an SQLite file " * 100)
+    with pytest.raises(StoreUnavailableError) as err:
+        SqliteIdempotencyStore(db_path).get("k1")
+    assert err.value.key == "k1"
+    assert isinstance(err.value.__cause__, sqlite3.DatabaseError)
+
+
+@pytest.mark.parametrize("path", [":memory:", "", "file::memory:?cache=shared"])
+def test_in_memory_databases_are_refused(path: str) -> None:
+    with pytest.raises(ValueError, match="InMemoryIdempotencyStore"):
+        SqliteIdempotencyStore(path)
+
+
+def test_from_url_follows_sqlalchemy_paths_and_reads_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    rel = SqliteIdempotencyStore.from_url(
+        "sqlite:///rel%20dir.sqlite?table=other&synchronous=FULL&busy_timeout=2.5"
+    )
+    assert (
+        repr(rel) == f"SqliteIdempotencyStore({str(tmp_path / 'rel dir.sqlite')!r}, table='other')"
+    )
+    claim(rel, "k", "a")
+    assert pragma(rel, "synchronous") == 2  # FULL
+    with raw(tmp_path / "rel dir.sqlite") as db:
+        assert db.execute("SELECT key FROM other").fetchall() == [("k",)]
+    absolute = SqliteIdempotencyStore.from_url(f"sqlite:///{tmp_path}/abs.sqlite", table="t2")
+    assert repr(absolute) == f"SqliteIdempotencyStore({str(tmp_path / 'abs.sqlite')!r}, table='t2')"
+    rel.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///:memory:",
+        "sqlite://host/idem.sqlite",
+        "postgres:///idem",
+        "sqlite:///idem.sqlite?tabel=x",
+        "sqlite:///idem.sqlite?table=bad-name",
+        "sqlite:///idem.sqlite?synchronous=OFF",
+    ],
+)
+def test_from_url_refuses_what_it_cannot_honour(url: str) -> None:
+    with pytest.raises(ValueError):
+        SqliteIdempotencyStore.from_url(url)
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("NORMAL", 1), ("FULL", 2)])
+def test_the_file_runs_in_wal_mode_at_the_chosen_synchronous_level(
+    db_path: Path, synchronous: Any, level: int
+) -> None:
+    store = SqliteIdempotencyStore(db_path, synchronous=synchronous)
+    claim(store, "k", "a")
+    assert pragma(store, "journal_mode") == "wal"
+    assert pragma(store, "synchronous") == level
+    store.close()
+
+
+def test_records_survive_closing_and_reopening_the_file(db_path: Path) -> None:
+    first = SqliteIdempotencyStore(db_path)
+    c = claim(first, "k", "a", meta={"namespace": "ns", "thread_id": "t"})
+    complete(first, "k", "a", c.fence, b"\x00result")
+    first.close()
+    second = SqliteIdempotencyStore(db_path)
+    replay = claim(second, "k", "b")
+    assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, b"\x00result")
+    assert [r.key for r in second.list(namespace="ns", thread_id="t")] == ["k"]
+    second.close()
+
+
+def test_a_closed_store_reconnects_on_next_use(store: SqliteIdempotencyStore) -> None:
+    c = claim(store, "k", "a")
+    store.close()
+    assert store.renew("k", owner="a", fence=c.fence, lease_ms=LONG_MS)
+    store.close()
+    assert store.get("k") is not None
+
+
+def test_a_store_pickles_as_its_configuration(db_path: Path) -> None:
+    store = SqliteIdempotencyStore(db_path, table="t3", busy_timeout=1.0)
+    claim(store, "k", "a")
+    copy = pickle.loads(pickle.dumps(store))
+    assert repr(copy) == repr(store)
+    assert claim(copy, "k", "b").outcome is ClaimOutcome.BUSY
+    store.close()
+    copy.close()
+
+
+def test_two_tables_in_one_file_are_independent(db_path: Path) -> None:
+    a = SqliteIdempotencyStore(db_path, table="tenant_a")
+    b = SqliteIdempotencyStore(db_path, table="tenant_b")
+    assert claim(a, "k", "a").outcome is ClaimOutcome.ACQUIRED
+    assert claim(b, "k", "b").outcome is ClaimOutcome.ACQUIRED
+    assert a.get("k").owner == "a"  # type: ignore[union-attr]
+    a.close()
+    b.close()
+
+
+def test_a_table_written_by_a_newer_schema_is_refused(db_path: Path) -> None:
+    claim(SqliteIdempotencyStore(db_path), "k", "a")
+    with raw(db_path) as db:
+        db.execute("UPDATE langchain_idempotent_schema SET version = 99")
+    with pytest.raises(StoreUnavailableError, match="schema version 99") as err:
+        SqliteIdempotencyStore(db_path).get("k")
+    assert err.value.key == "k"
+
+
+# -- corrupt rows ------------------------------------------------------------------------------
+
+CORRUPTIONS = {
+    "unknown format version": "version = 99",
+    "unknown state": "state = 'exploded'",
+    "fence is text": "fence = 'one'",
+    "payload is text": "payload = 'not a blob'",
+    "meta is not json": "meta = '{not json'",
+    "meta is not an object of strings": "meta = '{\"thread_id\": 7}'",
+    "expiry is text": "expires_at = 'someday'",
+}
+
+
+@pytest.mark.parametrize("corruption", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_a_corrupt_row_is_refused_with_the_key_and_can_still_be_deleted(
+    store: SqliteIdempotencyStore, db_path: Path, corruption: str
+) -> None:
+    c = claim(store, "bad", "a", meta={"thread_id": "t"})
+    complete(store, "bad", "a", c.fence, b"r")
+    with raw(db_path) as db:
+        db.execute(f"UPDATE {TABLE} SET {corruption} WHERE key = 'bad'")
+    operations = {
+        "get": lambda: store.get("bad"),
+        "claim": lambda: claim(store, "bad", "b"),
+        "complete": lambda: complete(store, "bad", "b", 1, b"other"),
+        "renew": lambda: store.renew("bad", owner="a", fence=1, lease_ms=LONG_MS),
+        "release": lambda: store.release("bad", owner="a", fence=1),
+        "list": lambda: store.list(thread_id="t"),
+    }
+    for name, op in operations.items():
+        with pytest.raises(CorruptRecordError) as err:
+            op()
+        assert err.value.key == "bad", name
+    assert store.delete("bad")
+    assert claim(store, "bad", "b").outcome is ClaimOutcome.ACQUIRED
+
+
+def test_a_corrupt_row_is_never_overwritten_by_a_write(
+    store: SqliteIdempotencyStore, db_path: Path
+) -> None:
+    claim(store, "bad", "a")
+    with raw(db_path) as db:
+        db.execute(f"UPDATE {TABLE} SET version = 2 WHERE key = 'bad'")
+    with pytest.raises(CorruptRecordError):
+        complete(store, "bad", "a", 1, b"r")
+    with raw(db_path) as db:
+        assert db.execute(f"SELECT version, payload FROM {TABLE}").fetchall() == [(2, None)]
+
+
+# -- locking -----------------------------------------------------------------------------------
+
+
+def test_a_write_lock_held_past_busy_timeout_is_store_unavailable(db_path: Path) -> None:
+    store = SqliteIdempotencyStore(db_path, busy_timeout=0.05)
+    c = claim(store, "k", "a")
+    holder = raw(db_path)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as err:
+            complete(store, "k", "a", c.fence, b"r")
+        assert time.monotonic() - started >= 0.04  # it waited for the lock first
+        assert err.value.key == "k"
+        assert isinstance(err.value.__cause__, sqlite3.OperationalError)
+        assert "locked" in str(err.value.__cause__)
+        # WAL: readers are not blocked by the writer.
+        assert store.get("k").state is State.RUNNING  # type: ignore[union-attr]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert complete(store, "k", "a", c.fence, b"r").stored
+    store.close()
+
+
+def test_a_write_lock_released_within_busy_timeout_is_waited_for(db_path: Path) -> None:
+    store = SqliteIdempotencyStore(db_path, busy_timeout=5.0)
+    claim(store, "warm-up", "a")
+    holder = raw(db_path)
+    holder.execute("BEGIN IMMEDIATE")
+    timer = threading.Timer(0.15, holder.execute, args=("COMMIT",))
+    timer.start()
+    try:
+        started = time.monotonic()
+        assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
+        assert time.monotonic() - started >= 0.1
+    finally:
+        timer.join()
+        holder.close()
+        store.close()
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+
+def test_an_expired_row_is_absent_everywhere_before_it_is_swept(db_path: Path) -> None:
+    clock = FakeClock()
+    store = SqliteIdempotencyStore(db_path, clock=clock)
+    c = claim(store, "old", "a", lease_ms=1_000, ttl_ms=1_000, meta={"thread_id": "t"})
+    complete(store, "old", "a", c.fence, b"r", ttl_ms=1_000)
+    clock.now += 1.0
+    assert store.get("old") is None
+    assert store.list(thread_id="t") == []
+    assert store.purge(thread_id="t") == 0
+    assert not store.delete("old")
+    store.close()
+
+
+def test_expired_rows_are_swept_by_later_writes_a_bounded_batch_at_a_time(db_path: Path) -> None:
+    clock = FakeClock()
+    store = SqliteIdempotencyStore(db_path, clock=clock)
+    for i in range(300):
+        claim(store, f"old-{i}", "a", lease_ms=1_000, ttl_ms=1_000)
+    clock.now += 2.0
+
+    def rows() -> int:
+        with raw(db_path) as db:
+            return int(db.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0])
+
+    assert rows() == 300
+    for i in range(sqlite_module._SWEEP_EVERY):
+        claim(store, f"new-{i}", "a")
+    assert rows() == 300 - sqlite_module._SWEEP_LIMIT + sqlite_module._SWEEP_EVERY
+    for i in range(sqlite_module._SWEEP_EVERY):
+        claim(store, f"newer-{i}", "a")
+    assert rows() == 2 * sqlite_module._SWEEP_EVERY  # only live rows are left
+    store.close()
+
+
+def test_an_expired_row_is_replaced_by_a_fresh_claim(db_path: Path) -> None:
+    clock = FakeClock()
+    store = SqliteIdempotencyStore(db_path, clock=clock)
+    c = claim(store, "k", "a", ttl_ms=1_000, lease_ms=1_000)
+    complete(store, "k", "a", c.fence, b"old", ttl_ms=1_000)
+    clock.now += 5.0
+    fresh = claim(store, "k", "b")
+    assert (fresh.outcome, fresh.fence, fresh.attempt) == (ClaimOutcome.ACQUIRED, 1, 1)
+    store.close()
+
+
+# -- indexes -----------------------------------------------------------------------------------
+
+
+def test_list_and_purge_by_thread_or_namespace_are_index_lookups(
+    store: SqliteIdempotencyStore,
+) -> None:
+    for i in range(20):
+        claim(store, f"k{i}", "a", meta={"namespace": f"n{i % 2}", "thread_id": f"t{i % 5}"})
+    statements: list[str] = []
+    with store._connection(None) as db:
+        db.set_trace_callback(statements.append)
+    store.list(thread_id="t1")
+    store.list(namespace="n1")
+    store.list(namespace="n1", thread_id="t1", limit=3)
+    store.purge(thread_id="t2")
+    store.purge(thread_id="t3", namespace="n1")
+    with store._connection(None) as db:
+        db.set_trace_callback(None)
+        lookups = [s for s in statements if s.startswith(("SELECT", "DELETE"))]
+        assert len(lookups) == 7
+        for sql in lookups:
+            plan = [row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql)]
+            on_table = [step for step in plan if f" {TABLE} " in f" {step} "]
+            assert on_table, (sql, plan)
+            assert all(step.startswith("SEARCH") and "INDEX" in step for step in on_table), (
+                sql,
+                plan,
+            )
+
+
+# -- wake-ups ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["complete", "release", "delete"])
+def test_a_change_through_another_store_object_wakes_a_waiter_without_polling(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_FIRST_POLL", 30.0)
+    waiter = SqliteIdempotencyStore(db_path, poll_interval=30.0)
+    writer = SqliteIdempotencyStore(db_path)
+    c = claim(writer, "k", "a")
+    changes = {
+        "complete": lambda: complete(writer, "k", "a", c.fence, b"r"),
+        "release": lambda: writer.release("k", owner="a", fence=c.fence),
+        "delete": lambda: writer.delete("k"),
+    }
+    timer = threading.Timer(0.1, changes[action])
+    timer.start()
+    started = time.monotonic()
+    waiter.watch("k", fence=c.fence, timeout=10.0)
+    waited = time.monotonic() - started
+    timer.join()
+    assert 0.09 <= waited < 1.0
+    waiter.close()
+    writer.close()
+
+
+async def test_a_completion_in_this_process_wakes_an_async_waiter_without_polling(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_FIRST_POLL", 30.0)
+    store = SqliteIdempotencyStore(db_path, poll_interval=30.0)
+    c = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+
+    async def finish() -> None:
+        await asyncio.sleep(0.1)
+        await store.acomplete(
+            "k",
+            owner="a",
+            fence=c.fence,
+            fingerprint="fp",
+            payload=b"r",
+            failed=False,
+            ttl_ms=TTL_MS,
+        )
+
+    task = asyncio.create_task(finish())
+    started = time.monotonic()
+    await store.awatch("k", fence=c.fence, timeout=10.0)
+    waited = time.monotonic() - started
+    await task
+    assert 0.09 <= waited < 1.0
+    store.close()
+
+
+async def test_a_waiter_never_sleeps_past_the_lease_deadline_even_with_slow_polling(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "_FIRST_POLL", 30.0)
+    store = SqliteIdempotencyStore(db_path, poll_interval=30.0)
+    for via_async in (False, True):
+        key = f"k-{via_async}"
+        c = claim(store, key, "a", lease_ms=150)
+        started = time.monotonic()
+        if via_async:
+            await store.awatch(key, fence=c.fence, timeout=10.0)
+        else:
+            store.watch(key, fence=c.fence, timeout=10.0)
+        assert 0.1 <= time.monotonic() - started < 1.0, via_async
+        assert claim(store, key, "b").outcome is ClaimOutcome.TAKEOVER
+    store.close()
+
+
+# -- several processes -------------------------------------------------------------------------
+
+
+def _race(
+    store: SqliteIdempotencyStore, worker: int, keys: list[str], barrier: Any, out: Any
+) -> None:
+    """Claim then complete every key (in a worker-specific order), reporting each answer."""
+    try:
+        order = keys[:]
+        random.Random(worker).shuffle(order)
+        owner = f"worker-{worker}"
+        barrier.wait()
+        report = {}
+        for key in order:
+            c = claim(store, key, owner)
+            done = complete(store, key, owner, c.fence or 1, f"{owner}:{key}".encode())
+            report[key] = (c.outcome.value, done.stored, done.payload)
+        out.put((worker, report))
+    except BaseException as exc:  # report, so the parent fails with the reason
+        out.put((worker, repr(exc)))
+
+
+@fork_only
+def test_racing_processes_acquire_each_key_once_and_all_see_one_result(db_path: Path) -> None:
+    # The file does not exist yet: the workers also race to create the schema.
+    store = SqliteIdempotencyStore(db_path)
+    keys = [f"key-{i}" for i in range(100)]
+    n = 6
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(store, w, keys, barrier, out)) for w in range(n)]
+    for p in procs:
+        p.start()
+    reports = dict(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    failures = {w: r for w, r in reports.items() if isinstance(r, str)}
+    assert not failures
+    for key in keys:
+        answers = [reports[w][key] for w in range(n)]
+        outcomes = Counter(outcome for outcome, _, _ in answers)
+        assert outcomes[ClaimOutcome.ACQUIRED.value] == 1, (key, outcomes)
+        assert set(outcomes) <= {"acquired", "busy", "replay"}, (key, outcomes)
+        assert sum(stored for _, stored, _ in answers) == 1, key  # write-once
+        payloads = {payload for _, _, payload in answers}
+        assert len(payloads) == 1, (key, payloads)
+        assert store.get(key).payload == payloads.pop()  # type: ignore[union-attr]
+    store.close()
+
+
+def _wait_in_child(store: SqliteIdempotencyStore, fence: int, ready: Any, out: Any) -> None:
+    try:
+        ready.set()
+        store.watch("k", fence=fence, timeout=10.0)
+        woke = time.monotonic()
+        out.put((woke, claim(store, "k", "child").payload))
+    except BaseException as exc:
+        out.put((0.0, repr(exc).encode()))
+
+
+@fork_only
+def test_a_waiter_in_another_process_wakes_soon_after_a_completion(
+    store: SqliteIdempotencyStore, db_path: Path
+) -> None:
+    c = claim(store, "k", "parent")  # the parent has a pooled connection when it forks
+    ctx = mp.get_context("fork")
+    ready, out = ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_wait_in_child, args=(store, c.fence, ready, out))
+    child.start()
+    assert ready.wait(10)
+    time.sleep(0.3)  # the child now polls at its slowest interval
+    completed_at = time.monotonic()
+    complete(store, "k", "parent", c.fence, b"parent result")
+    woke, payload = out.get(timeout=10)
+    child.join(timeout=10)
+    assert payload == b"parent result"
+    assert completed_at <= woke < completed_at + 0.5  # polls are at most 50 ms apart
+    # The parent's own connections survived the child's whole life.
+    assert store.get("k").payload == b"parent result"  # type: ignore[union-attr]
+    assert claim(store, "k2", "parent").outcome is ClaimOutcome.ACQUIRED
+    assert os.path.exists(f"{db_path}-wal")
