@@ -39,8 +39,23 @@ class IdempotencyContext:
 
     @property
     def lease_lost(self) -> bool:
-        """True once a renewal found that another owner took the lease over."""
+        """True once a renewal found that this run no longer owns the lease."""
         return self._lease.lost
+
+    def check_lease(self) -> None:
+        """Raise :class:`LeaseLostError` if the lease was lost.
+
+        Call it right before an irreversible step in a long tool: once another worker has
+        taken over, doing the effect here too would be a duplicate.
+        """
+        if self._lease.lost:
+            from .errors import LeaseLostError
+
+            raise LeaseLostError(
+                f"the lease on this call was lost (fence {self.fence}): another worker may "
+                "have taken it over; not performing the side effect",
+                key=self.key,
+            )
 
 
 _current: ContextVar[IdempotencyContext | None] = ContextVar(

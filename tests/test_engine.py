@@ -324,3 +324,32 @@ def test_context_is_none_outside_and_set_inside_the_action() -> None:
 def test_engine_rejects_things_that_are_not_stores() -> None:
     with pytest.raises(TypeError, match="idempotency store"):
         Engine(object())  # type: ignore[arg-type]
+
+
+def test_a_tool_that_lost_its_lease_learns_it_and_can_stop_before_the_effect() -> None:
+    engine, store, events = make(lease=0.15)
+    effects: list[int] = []
+
+    def long_tool() -> str:
+        ctx = get_idempotency_context()
+        assert ctx is not None
+        # Another worker takes the key over while this one is stalled (as after a pause).
+        rec = store.get("k")
+        assert rec is not None
+        store._records["k"] = (
+            rec.__class__(**{**_fields(rec), "owner": "someone-else", "fence": rec.fence + 1}),
+            store._records["k"][1],
+        )
+        deadline = time.monotonic() + 2
+        while not ctx.lease_lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ctx.check_lease()
+        effects.append(1)
+        return "done"
+
+    from langchain_idempotent import LeaseLostError
+
+    with pytest.raises(LeaseLostError) as info:
+        engine.run("k", fingerprint="f", action=long_tool)
+    assert info.value.key == "k" and effects == []
+    assert "lease_lost" in [e.kind for e in events]
