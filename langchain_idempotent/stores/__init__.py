@@ -2,6 +2,12 @@
 
 from .base import BaseIdempotencyStore
 from .memory import InMemoryIdempotencyStore
+from .redis import RedisIdempotencyStore
 from .sqlite import SqliteIdempotencyStore
 
-__all__ = ["BaseIdempotencyStore", "InMemoryIdempotencyStore", "SqliteIdempotencyStore"]
+__all__ = [
+    "BaseIdempotencyStore",
+    "InMemoryIdempotencyStore",
+    "RedisIdempotencyStore",
+    "SqliteIdempotencyStore",
+]

@@ -1,0 +1,383 @@
+"""Throwaway Redis servers for tests: one standalone server, a 3+3 Cluster, a Sentinel.
+
+Every server listens on a free loopback port, keeps its files in its own temporary
+directory, and dies with the test process (``PR_SET_PDEATHSIG`` on Linux, plus an
+``atexit`` sweep), so a crashed test run never leaves a server behind. Nothing here
+touches any other Redis on the machine.
+
+    server = RedisServer()            # started; RedisServer(start=False) to start later
+    server.url                        # "redis://127.0.0.1:<port>/0"
+    server.client()                   # a redis.Redis with short timeouts
+    server.pause(); server.resume()   # SIGSTOP / SIGCONT: a hung server
+    server.stop(); server.kill()      # SIGTERM / SIGKILL
+    server.restart()                  # same port, same directory (AOF/RDB survive)
+    server.close()                    # stop and remove the directory
+
+    cluster = RedisCluster()          # 3 masters + 3 replicas, waits for cluster_state:ok
+    cluster.url, cluster.client()
+
+    sentinel = RedisSentinel(server)  # one sentinel monitoring ``server`` as "mymaster"
+    sentinel.addresses, sentinel.service_name
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+__all__ = [
+    "REDIS_SERVER",
+    "RedisCluster",
+    "RedisSentinel",
+    "RedisServer",
+    "free_port",
+    "redis_server_available",
+    "running_servers",
+]
+
+#: Path of the ``redis-server`` binary, or ``None`` when it is not on PATH.
+REDIS_SERVER = shutil.which("redis-server")
+REDIS_CLI = shutil.which("redis-cli")
+
+_LIVE: set[RedisServer] = set()
+
+
+def redis_server_available() -> bool:
+    return REDIS_SERVER is not None
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago (the server retries if it is taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class RedisServer:
+    """One ``redis-server`` process on 127.0.0.1.
+
+    ``options`` are redis.conf directives (``appendonly="yes"``, ``maxmemory_policy=
+    "allkeys-lru"``; underscores become dashes) that override the defaults
+    ``--bind 127.0.0.1 --save "" --appendonly no``.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        directory: str | Path | None = None,
+        start: bool = True,
+        start_timeout: float = 10.0,
+        config_file: str | Path | None = None,
+        sentinel: bool = False,
+        **options: str,
+    ) -> None:
+        if REDIS_SERVER is None:
+            raise RuntimeError("redis-server is not on PATH")
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port()
+        self._own_dir = directory is None
+        self.dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="redis-test-"))
+        self.config_file = config_file
+        self.sentinel = sentinel
+        self.options: dict[str, str] = {"bind": "127.0.0.1"}
+        if not sentinel:
+            self.options.update({"save": "", "appendonly": "no"})
+        self.options.update({k.replace("_", "-"): v for k, v in options.items()})
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        if start:
+            self.start()
+
+    # -- addresses ---------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "redis.log"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A plain client for setting up and inspecting state (short timeouts)."""
+        kwargs.setdefault("socket_timeout", 2.0)
+        kwargs.setdefault("socket_connect_timeout", 1.0)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def _argv(self) -> list[str]:
+        assert REDIS_SERVER is not None
+        argv = [REDIS_SERVER]
+        if self.config_file is not None:
+            argv.append(str(self.config_file))
+        if self.sentinel:
+            argv.append("--sentinel")
+        argv += ["--port", str(self.port), "--dir", str(self.dir)]
+        for name, value in self.options.items():
+            argv += [f"--{name}", *value.split(" ")] if name != "save" else ["--save", value]
+        return argv
+
+    def start(self) -> None:
+        """Start the process and wait until it answers PING."""
+        for attempt in range(5):
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    self._argv(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent,
+                )
+            _LIVE.add(self)
+            if self._wait_ready():
+                return
+            self._reap()
+            if self._fixed_port or attempt == 4:
+                break
+            self.port = free_port()  # lost the race for the port; try another
+        raise RuntimeError(f"redis-server did not start; log:\n{self.log_tail()}")
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + self.start_timeout
+        probe = redis.Redis(
+            host=self.host, port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5
+        )
+        try:
+            while time.monotonic() < deadline:
+                if self.proc is None or self.proc.poll() is not None:
+                    return False
+                try:
+                    if probe.ping():
+                        return True
+                except redis.BusyLoadingError:
+                    pass
+                except redis.ConnectionError:
+                    pass
+                time.sleep(0.01)
+            return False
+        finally:
+            probe.close()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets open but answers nothing."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        self._signal(signal.SIGCONT)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM and wait (a paused server is resumed so that it can exit)."""
+        if self.proc is None:
+            return
+        self._signal(signal.SIGTERM)
+        self._signal(signal.SIGCONT)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reap()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown save."""
+        if self.proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        self.proc.wait()
+        self._reap()
+
+    def _reap(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        _LIVE.discard(self)
+
+    def restart(self) -> None:
+        """Stop (SIGTERM) and start again on the same port with the same directory."""
+        self.stop()
+        fixed, self._fixed_port = self._fixed_port, True
+        try:
+            self.start()
+        finally:
+            self._fixed_port = fixed
+
+    def close(self) -> None:
+        """Kill the process and remove its directory (if this object created it)."""
+        self.kill()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisServer 127.0.0.1:{self.port} running={self.running}>"
+
+
+class RedisCluster:
+    """A Redis Cluster of ``masters`` primaries with ``replicas`` replicas each.
+
+    Built with ``redis-cli --cluster create``; ready once every node reports
+    ``cluster_state:ok`` and the full slot map.
+    """
+
+    def __init__(
+        self,
+        *,
+        masters: int = 3,
+        replicas: int = 1,
+        node_timeout_ms: int = 2000,
+        ready_timeout: float = 30.0,
+        **options: str,
+    ) -> None:
+        if REDIS_CLI is None:
+            raise RuntimeError("redis-cli is not on PATH")
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-cluster-test-"))
+        self.nodes: list[RedisServer] = []
+        try:
+            for i in range(masters * (1 + replicas)):
+                node_dir = self.dir / f"node{i}"
+                node_dir.mkdir()
+                self.nodes.append(
+                    RedisServer(
+                        directory=node_dir,
+                        cluster_enabled="yes",
+                        cluster_config_file="nodes.conf",
+                        cluster_node_timeout=str(node_timeout_ms),
+                        cluster_port=str(free_port()),
+                        **options,
+                    )
+                )
+            addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            create = ["--cluster", "create", *addresses, "--cluster-replicas", str(replicas)]
+            subprocess.run(
+                [REDIS_CLI, *create, "--cluster-yes"],
+                check=True,
+                capture_output=True,
+                timeout=ready_timeout,
+            )
+            self._wait_ok(ready_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_ok(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(self.nodes)
+        while pending:
+            node = pending[0]
+            with contextlib.closing(node.client()) as c:
+                info = c.execute_command("CLUSTER", "INFO")
+                text = info.decode() if isinstance(info, bytes) else str(info)
+            if "cluster_state:ok" in text and "cluster_slots_assigned:16384" in text:
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster not ready: {text}")
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [(n.host, n.port) for n in self.nodes]
+
+    def client(self, **kwargs: Any) -> redis.RedisCluster:
+        kwargs.setdefault("socket_timeout", 2.0)
+        kwargs.setdefault("socket_connect_timeout", 1.0)
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **kwargs)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisSentinel:
+    """One ``redis-server --sentinel`` monitoring ``master`` under ``service_name``."""
+
+    def __init__(self, master: RedisServer, *, service_name: str = "mymaster") -> None:
+        self.service_name = service_name
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-sentinel-test-"))
+        conf = self.dir / "sentinel.conf"
+        conf.write_text(
+            f"sentinel monitor {service_name} 127.0.0.1 {master.port} 1\n"
+            f"sentinel down-after-milliseconds {service_name} 1000\n"
+        )
+        self.server = RedisServer(directory=self.dir, config_file=conf, sentinel=True)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", self.server.port)]
+
+    def close(self) -> None:
+        self.server.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisSentinel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def running_servers() -> Iterator[RedisServer]:
+    """The servers this process started and has not stopped (for leak checks)."""
+    return iter(list(_LIVE))
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for server in list(_LIVE):
+        with contextlib.suppress(Exception):
+            server.kill()
