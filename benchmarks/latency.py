@@ -30,6 +30,7 @@ from typing import Any
 import redis
 
 from . import ours
+from .floor import LuaFloor
 from .reference import ReferenceIdempotency
 from .server import Placement, RedisServer, place
 from .stats import summary
@@ -45,6 +46,8 @@ ROWS: list[tuple[str, str]] = [
     ("raw_ping", "raw socket + hiredis PING — the floor"),
     ("reference", "reference approach (DESIGN.md)"),
     ("powertools", "Powertools' Redis idempotency layer"),
+    ("floor_client", "minimal 2-round-trip Lua protocol through `redis.Redis`"),
+    ("floor_held", "the same on a connection held from the pool"),
     ("ours_redis", "ours, `RedisIdempotencyStore`"),
     ("ours_sqlite", "ours, `SqliteIdempotencyStore`"),
     ("ours_memory", "ours, `InMemoryIdempotencyStore`"),
@@ -78,6 +81,9 @@ class Counter:
     def action(self) -> dict[str, Any]:
         self.n += 1
         return {"ok": True, "n": 1}
+
+    def count(self) -> int:
+        return self.n
 
 
 @dataclass
@@ -172,15 +178,34 @@ def _reference_cases(ctx: Context) -> list[LatencyCase]:
         return ref.run(key, act)
 
     return [
-        LatencyCase("reference", REPLAY, run, _const(replay_key), lambda: counter.n, False, None),
+        LatencyCase("reference", REPLAY, run, _const(replay_key), counter.count, False, None),
         LatencyCase(
             "reference",
             FIRST_RUN,
             run,
             _fresh_keys(f"bench:{ctx.run_id}:ref:first"),
-            lambda: counter.n,
+            counter.count,
             True,
         ),
+    ]
+
+
+def _floor_cases(ctx: Context, held: bool) -> list[LatencyCase]:
+    row = "floor_held" if held else "floor_client"
+    floor = LuaFloor(ctx.client(), held=held)
+    ctx.stack.callback(floor.close)
+    counter = Counter()
+    act = counter.action
+    replay_key = f"bench:{ctx.run_id}:{row}:replay"
+    floor.run(replay_key, act)
+
+    def run(key: str) -> object:
+        return floor.run(key, act)
+
+    first = _fresh_keys(f"bench:{ctx.run_id}:{row}:first")
+    return [
+        LatencyCase(row, REPLAY, run, _const(replay_key), counter.count, False),
+        LatencyCase(row, FIRST_RUN, run, first, counter.count, True),
     ]
 
 
@@ -240,13 +265,13 @@ def _powertools_cases(ctx: Context) -> list[LatencyCase]:
         return step(payload=payload)
 
     return [
-        LatencyCase("powertools", REPLAY, run, _const(replay_payload), lambda: counter.n, False),
+        LatencyCase("powertools", REPLAY, run, _const(replay_payload), counter.count, False),
         LatencyCase(
             "powertools",
             FIRST_RUN,
             run,
             lambda n: [{"order": k} for k in fresh(n)],
-            lambda: counter.n,
+            counter.count,
             True,
         ),
     ]
@@ -275,13 +300,13 @@ def _ours_cases(ctx: Context, kind: str) -> list[LatencyCase]:
         return engine.run(key, fingerprint="fp", action=act)
 
     return [
-        LatencyCase(row, REPLAY, run, _const(replay_key), lambda: counter.n, False),
+        LatencyCase(row, REPLAY, run, _const(replay_key), counter.count, False),
         LatencyCase(
             row,
             FIRST_RUN,
             run,
             _fresh_keys(f"bench:{ctx.run_id}:{kind}:first"),
-            lambda: counter.n,
+            counter.count,
             True,
         ),
     ]
@@ -348,6 +373,8 @@ def build_cases(ctx: Context) -> list[LatencyCase]:
         ("raw_ping", lambda: _raw_ping_cases(ctx)),
         ("reference", lambda: _reference_cases(ctx)),
         ("powertools", lambda: _powertools_cases(ctx)),
+        ("floor_client", lambda: _floor_cases(ctx, held=False)),
+        ("floor_held", lambda: _floor_cases(ctx, held=True)),
         ("ours_redis", lambda: _ours_cases(ctx, "redis")),
         ("ours_sqlite", lambda: _ours_cases(ctx, "sqlite")),
         ("ours_memory", lambda: _ours_cases(ctx, "memory")),

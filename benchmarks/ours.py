@@ -6,6 +6,7 @@ library are still missing: a missing part turns its rows into "not available: <r
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
@@ -25,11 +26,23 @@ def _lib(name: str) -> Any:
     """``langchain_idempotent.<name>``; raises ImportError when it is not there (yet)."""
     import langchain_idempotent
 
-    try:
-        return getattr(langchain_idempotent, name)
-    except AttributeError as exc:
-        raise ImportError(f"cannot import name {name!r} from 'langchain_idempotent'") from exc
+    found = getattr(langchain_idempotent, name, None)
+    if found is None and name in _MODULES:  # written but not exported yet
+        try:
+            module = importlib.import_module(f"langchain_idempotent.stores.{_MODULES[name]}")
+        except ImportError:
+            module = None
+        found = getattr(module, name, None)
+    if found is None:
+        raise ImportError(f"cannot import name {name!r} from 'langchain_idempotent'")
+    return found
 
+
+_MODULES = {
+    "RedisIdempotencyStore": "redis",
+    "SqliteIdempotencyStore": "sqlite",
+    "InMemoryIdempotencyStore": "memory",
+}
 
 _STORES = {
     "redis": "RedisIdempotencyStore",
