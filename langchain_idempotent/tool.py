@@ -105,6 +105,9 @@ class IdempotentTool(BaseTool):
             description=inner.description,
             args_schema=inner.args_schema,
             return_direct=inner.return_direct,
+            # Arguments that fail the schema are rejected before the engine runs; report
+            # them exactly as the inner tool would (its flag, its message).
+            handle_validation_error=inner.handle_validation_error,
             verbose=inner.verbose,
             tags=inner.tags,
             metadata=inner.metadata,
