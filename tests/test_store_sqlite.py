@@ -15,7 +15,8 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ def test_from_url_follows_sqlalchemy_paths_and_reads_options(
     )
     claim(rel, "k", "a")
     assert pragma(rel, "synchronous") == 2  # FULL
-    with raw(tmp_path / "rel dir.sqlite") as db:
+    with closing(raw(tmp_path / "rel dir.sqlite")) as db:
         assert db.execute("SELECT key FROM other").fetchall() == [("k",)]
     absolute = SqliteIdempotencyStore.from_url(f"sqlite:///{tmp_path}/abs.sqlite", table="t2")
     assert repr(absolute) == f"SqliteIdempotencyStore({str(tmp_path / 'abs.sqlite')!r}, table='t2')"
@@ -212,7 +213,7 @@ def test_two_tables_in_one_file_are_independent(db_path: Path) -> None:
 
 def test_a_table_written_by_a_newer_schema_is_refused(db_path: Path) -> None:
     claim(SqliteIdempotencyStore(db_path), "k", "a")
-    with raw(db_path) as db:
+    with closing(raw(db_path)) as db:
         db.execute("UPDATE langchain_idempotent_schema SET version = 99")
     with pytest.raises(StoreUnavailableError, match="schema version 99") as err:
         SqliteIdempotencyStore(db_path).get("k")
@@ -238,9 +239,9 @@ def test_a_corrupt_row_is_refused_with_the_key_and_can_still_be_deleted(
 ) -> None:
     c = claim(store, "bad", "a", meta={"thread_id": "t"})
     complete(store, "bad", "a", c.fence, b"r")
-    with raw(db_path) as db:
+    with closing(raw(db_path)) as db:
         db.execute(f"UPDATE {TABLE} SET {corruption} WHERE key = 'bad'")
-    operations = {
+    operations: dict[str, Callable[[], object]] = {
         "get": lambda: store.get("bad"),
         "claim": lambda: claim(store, "bad", "b"),
         "complete": lambda: complete(store, "bad", "b", 1, b"other"),
@@ -260,11 +261,11 @@ def test_a_corrupt_row_is_never_overwritten_by_a_write(
     store: SqliteIdempotencyStore, db_path: Path
 ) -> None:
     claim(store, "bad", "a")
-    with raw(db_path) as db:
+    with closing(raw(db_path)) as db:
         db.execute(f"UPDATE {TABLE} SET version = 2 WHERE key = 'bad'")
     with pytest.raises(CorruptRecordError):
         complete(store, "bad", "a", 1, b"r")
-    with raw(db_path) as db:
+    with closing(raw(db_path)) as db:
         assert db.execute(f"SELECT version, payload FROM {TABLE}").fetchall() == [(2, None)]
 
 
@@ -334,7 +335,7 @@ def test_expired_rows_are_swept_by_later_writes_a_bounded_batch_at_a_time(db_pat
     clock.now += 2.0
 
     def rows() -> int:
-        with raw(db_path) as db:
+        with closing(raw(db_path)) as db:
             return int(db.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0])
 
     assert rows() == 300
@@ -511,14 +512,17 @@ def test_racing_processes_acquire_each_key_once_and_all_see_one_result(db_path: 
     store.close()
 
 
-def _wait_in_child(store: SqliteIdempotencyStore, fence: int, ready: Any, out: Any) -> None:
+def _wait_in_child(
+    store: SqliteIdempotencyStore, fence: int, ready: Any, out: Any, inherited_use: list[str]
+) -> None:
     try:
         ready.set()
         store.watch("k", fence=fence, timeout=10.0)
         woke = time.monotonic()
-        out.put((woke, claim(store, "k", "child").payload))
+        payload = claim(store, "k", "child").payload
+        out.put((woke, payload, inherited_use))
     except BaseException as exc:
-        out.put((0.0, repr(exc).encode()))
+        out.put((0.0, repr(exc).encode(), []))
 
 
 @fork_only
@@ -526,17 +530,21 @@ def test_a_waiter_in_another_process_wakes_soon_after_a_completion(
     store: SqliteIdempotencyStore, db_path: Path
 ) -> None:
     c = claim(store, "k", "parent")  # the parent has a pooled connection when it forks
+    inherited_use: list[str] = []  # filled (in the child's copy) if the child runs SQL on it
+    with store._connection(None) as db:
+        db.set_trace_callback(inherited_use.append)
     ctx = mp.get_context("fork")
     ready, out = ctx.Event(), ctx.Queue()
-    child = ctx.Process(target=_wait_in_child, args=(store, c.fence, ready, out))
+    child = ctx.Process(target=_wait_in_child, args=(store, c.fence, ready, out, inherited_use))
     child.start()
     assert ready.wait(10)
     time.sleep(0.3)  # the child now polls at its slowest interval
     completed_at = time.monotonic()
     complete(store, "k", "parent", c.fence, b"parent result")
-    woke, payload = out.get(timeout=10)
+    woke, payload, used_in_child = out.get(timeout=10)
     child.join(timeout=10)
     assert payload == b"parent result"
+    assert used_in_child == [], "the child ran SQL on a connection inherited from the parent"
     assert completed_at <= woke < completed_at + 0.5  # polls are at most 50 ms apart
     # The parent's own connections survived the child's whole life.
     assert store.get("k").payload == b"parent result"  # type: ignore[union-attr]

@@ -544,17 +544,17 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         )
         try:
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                _log.warning(
-                    "SQLite idempotency store %s runs in journal_mode=%s, not WAL: still "
-                    "correct, but readers wait for writers",
-                    self._path,
-                    mode,
-                )
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             if not self._schema_ready:
                 self._ensure_schema(db, key)
                 self._schema_ready = True
+                if str(mode).lower() != "wal":
+                    _log.warning(
+                        "SQLite idempotency store %s runs in journal_mode=%s, not WAL: still "
+                        "correct, but readers wait for writers",
+                        self._path,
+                        mode,
+                    )
         except BaseException:
             db.close()
             raise
