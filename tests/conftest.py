@@ -12,9 +12,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from redis_servers import RedisServer, redis_server_available
 
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
-from redis_servers import RedisServer, redis_server_available
 
 
 def _require_redis() -> None:

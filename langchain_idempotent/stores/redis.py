@@ -678,7 +678,10 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         try:
-            pubsub = self._async().pubsub()
+            client = self._async()
+            if isinstance(client, redis.asyncio.RedisCluster):
+                await client.initialize()  # the pub/sub node is chosen from the slot map
+            pubsub = client.pubsub()
             try:
                 await pubsub.subscribe(self._rkey(key) + ":done")
                 while (left := deadline - time.monotonic()) > 0:
