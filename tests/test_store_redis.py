@@ -341,6 +341,38 @@ def test_a_stopped_server_makes_every_operation_raise_store_unavailable_quickly(
     store.close()
 
 
+def test_a_restarted_server_is_reconnected_by_the_retry_without_an_error(
+    server: RedisServer,
+) -> None:
+    store = RedisIdempotencyStore.from_url(server.url, socket_timeout=1.0, retries=2)
+    assert claim(store, "k1", "a").outcome is ClaimOutcome.ACQUIRED
+    server.restart()  # the thread's connection is now dead
+    assert claim(store, "k2", "a").outcome is ClaimOutcome.ACQUIRED
+
+    no_retries = RedisIdempotencyStore.from_url(server.url, socket_timeout=1.0, retries=0)
+    assert claim(no_retries, "k3", "a").outcome is ClaimOutcome.ACQUIRED
+    server.restart()
+    with pytest.raises(StoreUnavailableError):
+        claim(no_retries, "k4", "a")
+    assert claim(no_retries, "k4", "a").outcome is ClaimOutcome.ACQUIRED  # a fresh connection
+    store.close()
+    no_retries.close()
+
+
+def test_a_closed_store_returns_its_connections_and_works_again_on_next_use(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    client = redis_server.client()
+    store = RedisIdempotencyStore(client, prefix=redis_prefix)
+    assert claim(store, "k1", "a").outcome is ClaimOutcome.ACQUIRED
+    assert client.connection_pool._in_use_connections  # held by this thread
+    store.close()
+    assert not client.connection_pool._in_use_connections
+    assert claim(store, "k1", "a").outcome is ClaimOutcome.OWNED
+    store.close()
+    client.close()
+
+
 def test_a_hung_server_times_out_within_retries_times_socket_timeout_instead_of_hanging(
     server: RedisServer,
 ) -> None:
@@ -397,7 +429,8 @@ def test_constructing_a_store_never_connects() -> None:
         RedisIdempotencyStore(redis.Redis(port=free_port())),
         RedisIdempotencyStore(async_client=redis.asyncio.Redis(port=free_port())),
     ]
-    assert len(stores) == 8
+    assert stores[4]._sync().connection_pool.connection_class is redis.SSLConnection
+    assert stores[3]._sync().connection_pool.connection_class is redis.UnixDomainSocketConnection
     with pytest.raises(StoreUnavailableError):
         stores[0].get("k")  # the first use is what connects
 

@@ -63,6 +63,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import codecs
+import copy
 import hashlib
 import logging
 import os
@@ -94,6 +96,14 @@ from .base import BaseIdempotencyStore
 __all__ = ["RedisIdempotencyStore"]
 
 _log = logging.getLogger("langchain_idempotent.stores.redis")
+
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    import hiredis
+
+    _hiredis_pack = hiredis.pack_command
+except ImportError:  # pragma: no cover - redis[hiredis] is a dependency
+    _hiredis_pack = None
 
 SyncClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.RedisCluster"
@@ -864,16 +874,35 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 # -- the sync fast path ------------------------------------------------------------------
 
 
+#: Bumped in a forked child: connections checked out before the fork belong to the parent.
+_forks = 0
+
+
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Held:
     """A connection checked out by one thread, returned to the pool when dropped."""
 
-    __slots__ = ("__weakref__", "conn", "pid", "returned")
+    __slots__ = ("__weakref__", "conn", "forks", "generation", "pack", "returned")
 
-    def __init__(self, conn: Any, pool: ConnectionPool) -> None:
+    def __init__(self, conn: Any, pool: ConnectionPool, generation: int) -> None:
         self.conn = conn
-        self.pid = os.getpid()
+        self.forks = _forks
+        self.generation = generation
+        self.pack = _packer_for(conn)
         self.returned = weakref.finalize(self, pool.release, conn)
         self.returned.atexit = False
+
+
+class _Local(threading.local):
+    held: _Held | None = None
 
 
 class _ConnectionPerThread:
@@ -881,9 +910,10 @@ class _ConnectionPerThread:
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
-        self._local = threading.local()
+        self._local = _Local()
         self._all: weakref.WeakSet[_Held] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._generation = 0
 
     @classmethod
     def for_client(cls, client: SyncClient) -> _ConnectionPerThread | None:
@@ -892,27 +922,47 @@ class _ConnectionPerThread:
         pool = client.connection_pool
         return cls(pool) if isinstance(pool, ConnectionPool) else None
 
-    def _connection(self) -> Any:  # redis.connection.AbstractConnection
-        held: _Held | None = getattr(self._local, "held", None)
-        if held is not None and held.pid == os.getpid() and held.returned.alive:
-            return held.conn
-        held = _Held(self._pool.get_connection(), self._pool)
+    def _held(self) -> _Held:
+        held = self._local.held
+        if held is not None and held.forks == _forks and held.generation == self._generation:
+            return held
+        if held is not None and held.forks == _forks:
+            held.returned()
+        held = _Held(self._pool.get_connection(), self._pool, self._generation)
         with self._lock:
             self._all.add(held)
         self._local.held = held
-        return held.conn
+        return held
+
+    def _connection(self) -> Any:  # redis.connection.AbstractConnection
+        return self._held().conn
 
     def _drop(self) -> None:
-        held: _Held | None = getattr(self._local, "held", None)
-        self._local.held = None
-        if held is not None and held.pid == os.getpid():
+        held, self._local.held = self._local.held, None
+        if held is not None and held.forks == _forks:
             held.returned()
 
     def evalsha(self, script: _Script, rkey: str, args: Sequence[Any]) -> Any:
-        conn = self._connection()
+        held = self._held()
         try:
-            return conn.retry.call_with_retry(
-                lambda: _roundtrip(conn, script, rkey, args), lambda _err: conn.disconnect()
+            return _roundtrip(held, script, rkey, args)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            return self._retry(held, script, rkey, args, exc)
+
+    def _retry(
+        self, held: _Held, script: _Script, rkey: str, args: Sequence[Any], first: Exception
+    ) -> Any:
+        """The client's ``Retry`` for the attempts left after the first one failed."""
+        conn = held.conn
+        conn.disconnect()
+        retry = copy.copy(conn.retry)
+        left = retry.get_retries()
+        try:
+            if left == 0:
+                raise first
+            retry.update_retries(left - 1 if left > 0 else left)
+            return retry.call_with_retry(
+                lambda: _roundtrip(held, script, rkey, args), lambda _err: conn.disconnect()
             )
         except (RedisConnectionError, RedisTimeoutError):
             self._drop()
@@ -920,17 +970,29 @@ class _ConnectionPerThread:
 
     def close(self) -> None:
         with self._lock:
-            everything = list(self._all)
-            self._all = weakref.WeakSet()
+            self._generation += 1
+            everything, self._all = list(self._all), weakref.WeakSet()
         for held in everything:
-            if held.pid == os.getpid():
+            if held.forks == _forks:
                 held.returned()
 
 
-def _roundtrip(conn: Any, script: _Script, rkey: str, args: Sequence[Any]) -> Any:
+def _packer_for(conn: Any) -> Callable[[tuple[Any, ...]], bytes] | None:
+    """hiredis' packer when it encodes text as the connection would (UTF-8, strict)."""
+    encoder = getattr(conn, "encoder", None)
+    if _hiredis_pack is None or encoder is None or encoder.encoding_errors != "strict":
+        return None
+    return _hiredis_pack if codecs.lookup(encoder.encoding).name == "utf-8" else None
+
+
+def _roundtrip(held: _Held, script: _Script, rkey: str, args: Sequence[Any]) -> Any:
+    conn, pack = held.conn, held.pack
     try:
         try:
-            conn.send_command("EVALSHA", script.sha, 1, rkey, *args)
+            if pack is not None:
+                conn.send_packed_command((pack(("EVALSHA", script.sha, 1, rkey, *args)),))
+            else:
+                conn.send_command("EVALSHA", script.sha, 1, rkey, *args)
             return conn.read_response(disable_decoding=True)
         except NoScriptError:  # SCRIPT FLUSH, a restart, a failover: send the source once
             conn.send_command("EVAL", script.source, 1, rkey, *args)
