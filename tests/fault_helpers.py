@@ -37,8 +37,11 @@ from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 __all__ = [
     "FaultProxy",
     "Ledger",
+    "LedgerReply",
     "ProxyRule",
     "StoreSpec",
+    "Tally",
+    "kill_hard",
     "percentile",
     "process_state",
     "wait_stopped",
@@ -87,11 +90,12 @@ class StoreSpec:
 _LEDGER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS executions (
     key TEXT, fence INTEGER, attempt INTEGER, takeover INTEGER, pid INTEGER, at REAL);
-CREATE TABLE IF NOT EXISTS effects (key TEXT, fence INTEGER, value TEXT, at REAL);
+CREATE TABLE IF NOT EXISTS effects (
+    key TEXT, idempotency_key TEXT, fence INTEGER, value TEXT, at REAL);
 CREATE TABLE IF NOT EXISTS requests (key TEXT, fence INTEGER, status TEXT, at REAL);
-CREATE TABLE IF NOT EXISTS fences (key TEXT PRIMARY KEY, fence INTEGER);
+CREATE TABLE IF NOT EXISTS fences (idempotency_key TEXT PRIMARY KEY, fence INTEGER);
 CREATE TABLE IF NOT EXISTS calls (key TEXT, result TEXT, error TEXT, pid INTEGER, at REAL);
-CREATE INDEX IF NOT EXISTS effects_key ON effects (key);
+CREATE INDEX IF NOT EXISTS effects_key ON effects (idempotency_key);
 """
 
 
@@ -157,34 +161,57 @@ class Ledger:
                 (key, fence, attempt, int(takeover), os.getpid(), time.time()),
             )
 
-    def apply(self, key: str, fence: int, value: str, *, pause: Any = None) -> LedgerReply:
-        """Apply an effect once per key; reject a fence lower than the highest seen.
+    def apply(
+        self,
+        key: str,
+        fence: int,
+        value: str,
+        *,
+        idempotency_key: str | None = "",
+        pause: Any = None,
+    ) -> LedgerReply:
+        """Apply an effect for the call ``key``; deduplicate on ``idempotency_key``.
 
-        ``pause`` (a callable) runs inside the open transaction, before it commits — a
-        worker killed there never applied the effect (SQLite rolls the transaction back).
+        ``idempotency_key`` is what the caller sent downstream: ``""`` (default) means
+        ``key`` itself, ``None`` that the caller sent none (the effect is always applied,
+        as by an API without idempotency keys). A ``fence`` lower than the highest seen for
+        the idempotency key is rejected. ``pause`` (a callable) runs inside the open
+        transaction, before it commits: a worker killed there never applied the effect
+        (SQLite rolls the transaction back).
         """
+        dedupe = key if idempotency_key == "" else idempotency_key
         with self._txn() as db:
-            seen = db.execute("SELECT fence FROM fences WHERE key = ?", (key,)).fetchone()
-            if seen is not None and seen[0] > fence:
-                status, stored = "stale_fence", None
-            else:
-                db.execute("INSERT OR REPLACE INTO fences VALUES (?, ?)", (key, fence))
-                row = db.execute(
-                    "SELECT value FROM effects WHERE key = ? ORDER BY rowid LIMIT 1", (key,)
-                ).fetchone()
-                if row is not None:
-                    status, stored = "duplicate", row[0]
-                else:
-                    db.execute(
-                        "INSERT INTO effects VALUES (?, ?, ?, ?)", (key, fence, value, time.time())
-                    )
-                    status, stored = "applied", value
+            status, stored = self._decide(db, dedupe, fence)
+            if status == "applied":
+                db.execute(
+                    "INSERT INTO effects VALUES (?, ?, ?, ?, ?)",
+                    (key, dedupe, fence, value, time.time()),
+                )
+                stored = value
             db.execute(
                 "INSERT INTO requests VALUES (?, ?, ?, ?)", (key, fence, status, time.time())
             )
             if pause is not None:
                 pause()
         return LedgerReply(status, stored)
+
+    @staticmethod
+    def _decide(db: sqlite3.Connection, dedupe: str | None, fence: int) -> tuple[str, str | None]:
+        if dedupe is None:
+            return "applied", None
+        seen = db.execute(
+            "SELECT fence FROM fences WHERE idempotency_key = ?", (dedupe,)
+        ).fetchone()
+        if seen is not None and seen[0] > fence:
+            return "stale_fence", None
+        db.execute("INSERT OR REPLACE INTO fences VALUES (?, ?)", (dedupe, fence))
+        row = db.execute(
+            "SELECT value FROM effects WHERE idempotency_key = ? ORDER BY rowid LIMIT 1",
+            (dedupe,),
+        ).fetchone()
+        if row is not None:
+            return "duplicate", str(row[0])
+        return "applied", None
 
     def calls(self, rows: list[tuple[str, str | None, str | None]]) -> None:
         """Log what callers got back: ``(key, result, error type)`` per call."""
@@ -211,6 +238,10 @@ class Ledger:
                 "SELECT key, fence, attempt, takeover FROM executions ORDER BY rowid"
             )
         )
+
+    def execution_times(self) -> list[float]:
+        """Wall-clock times (``time.time()``) at which tool bodies started."""
+        return [at for (at,) in self._db().execute("SELECT at FROM executions ORDER BY at")]
 
     def effects(self) -> dict[str, int]:
         """Effects applied, per key (more than 1 is a duplicate effect)."""
@@ -254,7 +285,8 @@ ProxyAction = Literal["reset_request", "stall_request", "drop_reply", "stall_rep
 
 @dataclass
 class ProxyRule:
-    """What the proxy does to the next request(s) whose bytes contain ``match``.
+    """What the proxy does to the next request(s) whose bytes contain ``match`` (every
+    one of them, when it is a tuple: e.g. a script's SHA and a key).
 
     - ``reset_request``: the request never reaches the server; the connection is reset.
     - ``stall_request``: the request never reaches the server; the client hears nothing.
@@ -267,7 +299,7 @@ class ProxyRule:
     faulted so far.
     """
 
-    match: bytes
+    match: bytes | tuple[bytes, ...]
     action: ProxyAction
     times: int | None = 1
     hits: int = 0
@@ -291,7 +323,8 @@ class FaultProxy:
     One thread runs a selector over every connection, so a fault is applied between two
     reads without races. Besides per-request :class:`ProxyRule` s it has two global modes:
     ``down`` (new connections are reset at once: "connection refused" to a client) and
-    ``blackhole`` (connections are accepted and nothing is forwarded: a hung network).
+    ``blackhole`` (connections are accepted and nothing is forwarded, in either direction,
+    on new or open connections: a partitioned network).
     """
 
     def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
@@ -317,7 +350,9 @@ class FaultProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def add_rule(self, match: bytes, action: ProxyAction, times: int | None = 1) -> ProxyRule:
+    def add_rule(
+        self, match: bytes | tuple[bytes, ...], action: ProxyAction, times: int | None = 1
+    ) -> ProxyRule:
         rule = ProxyRule(match, action, times)
         with self._lock:
             self._rules.append(rule)
@@ -429,7 +464,7 @@ class FaultProxy:
         if pair.drop_reply:
             pair.closed = True  # the reply is read and thrown away; the client is reset
             return
-        if pair.hold_reply:
+        if pair.hold_reply or self.blackhole:
             return
         _send_all(pair.client, data)
 
@@ -438,7 +473,8 @@ class FaultProxy:
             for rule in self._rules:
                 if rule.times is not None and rule.hits >= rule.times:
                     continue
-                if rule.match in data:
+                needles = rule.match if isinstance(rule.match, tuple) else (rule.match,)
+                if all(needle in data for needle in needles):
                     rule.hits += 1
                     return rule.action
         return None
