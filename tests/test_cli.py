@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from langchain_core.messages import ToolMessage
 from redis_servers import RedisServer, free_port, redis_server_available
 
@@ -49,6 +51,19 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 class Backend:
     url: str
     store: BaseIdempotencyStore
+    prefix: str = ""
+
+    def corrupt(self, key: str) -> None:
+        """Give the record under ``key`` a format version no reader knows."""
+        if self.url.startswith("redis"):
+            client = redis.Redis.from_url(self.url)
+            client.hset(f"{self.prefix}{{{key}}}", "version", "99")
+            client.close()
+        else:
+            db = sqlite3.connect(self.url.removeprefix("sqlite:///"))
+            with db:
+                db.execute("UPDATE idempotency_records SET version = 99 WHERE key = ?", (key,))
+            db.close()
 
     def completed(self, key: str, value: Any, *, thread: str, namespace: str = "default") -> None:
         engine = Engine(self.store, Policy(lease=5, ttl=3600, namespace=namespace))
@@ -99,10 +114,11 @@ def backend(
         url = server.url
         store = store_from_url(url, redis_prefix=prefix)
     else:
+        prefix = ""
         url = f"sqlite:///{tmp_path / 'idem.db'}"
         store = store_from_url(url)
         store.list()  # creates the file, as an application's first call would
-    yield Backend(url, store)
+    yield Backend(url, store, prefix)
     store.close()
 
 
@@ -251,6 +267,17 @@ def test_show_reports_a_payload_it_cannot_decode_and_never_unpickles_it(
         assert code == 1
         assert "payload_error" in json.loads(out)
     assert not marker.exists()
+
+
+def test_a_record_that_cannot_be_read_is_reported_not_used(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend.expired("k", thread="t1")
+    backend.corrupt("k")
+    for argv in (["show", "k"], ["resolve", "k", "--free", "--yes"]):
+        code, _, err = run(capsys, *argv, "--url", backend.url)
+        assert code == 1
+        assert err.startswith("langchain-idempotent: corrupt record:")
 
 
 def test_show_of_an_absent_key_exits_1(
