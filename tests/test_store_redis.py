@@ -846,3 +846,18 @@ async def test_the_protocol_runs_on_a_three_master_cluster(
     assert store.list() == []
     store.close()
     await store.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("IDEMPOTENCY_TEST_SLOW"),
+    reason="the full contract on a Cluster takes ~30 s: set IDEMPOTENCY_TEST_SLOW=1 to run it",
+)
+class TestRedisClusterStoreContract(StoreContractTests):
+    @pytest.fixture
+    async def store(
+        self, cluster: RedisCluster, redis_prefix: str
+    ) -> AsyncIterator[RedisIdempotencyStore]:
+        s = RedisIdempotencyStore.from_url(cluster.url, cluster=True, prefix=redis_prefix)
+        yield s
+        await s.aclose()

@@ -410,7 +410,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ``rediss+cluster://`` for a Redis Cluster (or pass ``cluster=True`` with a plain
         scheme; the URL names any one node). ``socket_timeout`` bounds every read,
         ``socket_connect_timeout`` every connect; connection errors and timeouts are
-        retried ``retries`` times with exponential backoff (10 ms doubling, at most
+        retried ``retries`` times with exponential backoff (20 ms doubling, at most
         0.5 s) before :class:`~langchain_idempotent.errors.StoreUnavailableError`.
         ``client_kwargs`` go to redis-py (``password``, ``ssl_ca_certs``, ...).
         """
@@ -1021,7 +1021,7 @@ def _client_options(
     options: dict[str, Any] = {
         "socket_timeout": _seconds(socket_timeout),
         "socket_connect_timeout": _seconds(socket_connect_timeout),
-        "health_check_interval": int(_seconds(health_check_interval)),
+        "health_check_interval": _seconds(health_check_interval),
     }
     if max_connections is not None:
         options["max_connections"] = max_connections
