@@ -35,12 +35,6 @@ BACKENDS = [pytest.param("redis", marks=[needs_redis, pytest.mark.redis]), "sqli
 ENV = ("IDEMPOTENCY_STORE_URL", "IDEMPOTENCY_REDIS_URL", "REDIS_URL", "IDEMPOTENCY_SQLITE_PATH")
 
 
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ENV:
@@ -108,7 +102,7 @@ def backend(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Backend]:
     if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis_server")
+        server: RedisServer = request.getfixturevalue("redis_server")  # tests/conftest.py
         prefix = f"cli-{uuid.uuid4().hex[:8]}:"  # each test sees only its own records
         monkeypatch.setenv("IDEMPOTENCY_REDIS_PREFIX", prefix)
         url = server.url
