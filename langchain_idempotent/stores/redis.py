@@ -39,17 +39,21 @@ Spec:
   and :meth:`~RedisIdempotencyStore.from_sentinel` build a sync and an async client lazily
   with explicit socket timeouts, a ``Retry(ExponentialBackoff)`` on connection errors and
   timeouts, and a health-check interval (redis-py's own ``from_url`` sets none of these).
-  A call against an unreachable server therefore fails within roughly
-  ``(retries + 1) * socket_timeout``. The async client is built once per event loop.
+  A refused connection fails within milliseconds, a hung server after about
+  ``(retries + 1) * socket_timeout``, a host that drops packets after at most
+  ``(retries + 1) ** 2 * socket_connect_timeout`` (redis-py retries inside ``connect`` as
+  well). The async client is built once per event loop.
   Clients passed in are used as they are (their timeouts and retries apply) and are never
   closed by the store.
 - **Fast path.** With a sync standalone or Sentinel ``redis.Redis`` (not a single-connection
   client), each thread keeps one connection checked out of the client's own pool and sends
-  ``EVALSHA`` on it directly (``send_command`` / ``read_response``), skipping redis-py's
-  per-command bookkeeping; the client's ``Retry`` still governs reconnects. After
-  ``fork()`` the child checks out its own connection; a thread's connection returns to the
-  pool when the thread ends or the store is closed. Cluster clients and async clients go
-  through ``execute_command``.
+  ``EVALSHA`` on it directly (packed by hiredis, then ``read_response``), skipping
+  redis-py's per-command bookkeeping; the connection's own ``Retry``, timeouts, TLS and
+  health checks still apply. An interrupted round trip (``KeyboardInterrupt`` between send
+  and read) drops the connection so that no later call reads its reply. After ``fork()``
+  the child checks out its own connection; a thread's connection returns to the pool when
+  the thread ends or the store is closed. Cluster and async clients go through
+  ``execute_command``.
 - **Eviction.** On the first successful operation the store asks ``CONFIG GET
   maxmemory-policy`` once and logs a warning on ``langchain_idempotent.stores.redis`` for
   an ``allkeys-*`` policy, which can evict live leases and stored results. Servers that
