@@ -48,7 +48,6 @@ from pydantic_core import to_jsonable_python
 from .doctor import Report, diagnose, sqlite_file, store_kind, store_time_ms
 from .errors import CorruptRecordError, IdempotencyError
 from .record import Record, State
-from .serde import ResultSerializer
 from .settings import IdempotencySettings, store_from_url
 from .stores.base import BaseIdempotencyStore
 
@@ -373,6 +372,8 @@ def _decode(rec: Record) -> tuple[Any, str | None]:
     """The stored result (or failure) decoded strictly, or ``(None, why it failed)``."""
     if rec.state not in (State.COMPLETED, State.FAILED):
         return None, None
+    from .serde import ResultSerializer  # loads LangGraph: only when a payload is shown
+
     serializer = ResultSerializer()
     try:
         if rec.state is State.FAILED:
@@ -512,6 +513,8 @@ def _payload(args: argparse.Namespace) -> bytes:
                 code=2,
             ) from None
     try:
+        from .serde import ResultSerializer
+
         return ResultSerializer().dumps(value)
     except (IdempotencyError, ValueError) as exc:
         raise _Refused(f"cannot store that result: {exc}", code=2) from None

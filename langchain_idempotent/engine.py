@@ -191,6 +191,7 @@ class Engine:
                     "must identify one payload (use a new key for a new request)",
                     key=call.key,
                 )
+            self._emit(call, "outcome_unknown", claim.fence, claim.attempt)
             raise OutcomeUnknownError(
                 f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
                 "without recording a result, so its side effect may or may not have happened; "

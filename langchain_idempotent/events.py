@@ -11,6 +11,7 @@ Stable event kinds (``IdempotencyEvent.kind``):
 ``stale_completion``   a completion arrived after another result was stored or after
                        this caller lost the lease
 ``payload_mismatch``   the key was reused with other arguments
+``outcome_unknown``    an expired lease left no result and ``on_expired="raise"``
 ``store_error``        the store could not be reached or a record could not be read
 ``fail_open``          the store was down and the tool ran unprotected (``fail_open``)
 ``complete``           a result was stored
@@ -40,6 +41,7 @@ EventKind = Literal[
     "lease_lost",
     "stale_completion",
     "payload_mismatch",
+    "outcome_unknown",
     "store_error",
     "fail_open",
     "complete",
@@ -53,6 +55,7 @@ EVENT_KINDS: tuple[EventKind, ...] = (
     "lease_lost",
     "stale_completion",
     "payload_mismatch",
+    "outcome_unknown",
     "store_error",
     "fail_open",
     "complete",
@@ -71,6 +74,7 @@ _LEVELS: dict[str, int] = {
     "lease_lost": logging.WARNING,
     "stale_completion": logging.WARNING,
     "payload_mismatch": logging.WARNING,
+    "outcome_unknown": logging.ERROR,
     "store_error": logging.ERROR,
     "fail_open": logging.ERROR,
 }

@@ -53,6 +53,7 @@ _SURFACED = frozenset(
         "lease_lost",
         "stale_completion",
         "payload_mismatch",
+        "outcome_unknown",
         "store_error",
         "fail_open",
     }

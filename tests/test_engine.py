@@ -202,11 +202,12 @@ def test_an_expired_lease_is_taken_over_and_the_tool_is_told() -> None:
 
 
 def test_on_expired_raise_reports_an_unknown_outcome_and_leaves_the_record() -> None:
-    engine, store, _ = make(lease=0.1, on_expired="raise")
+    engine, store, events = make(lease=0.1, on_expired="raise")
     store.claim("k", owner="crashed", fingerprint="f", lease_ms=100, ttl_ms=60000)
     time.sleep(0.15)
     with pytest.raises(OutcomeUnknownError, match="resolve"):
         engine.run("k", fingerprint="f", action=lambda: "never")
+    assert [e.kind for e in events] == ["outcome_unknown"]
     rec = store.get("k")
     assert rec is not None and rec.state is State.RUNNING and rec.owner == "crashed"
 
