@@ -3,7 +3,7 @@
 ==============================  =========================================================
 variable                        meaning
 ==============================  =========================================================
-``IDEMPOTENCY_STORE_URL``       ``redis://…``, ``rediss://…``, ``unix://…``,
+``IDEMPOTENCY_STORE_URL``       ``redis://…``, ``rediss://…``, ``unix://…``, ``redis+cluster://…``,
                                 ``sqlite:///path/file.db`` or ``memory://``
 ``IDEMPOTENCY_REDIS_URL``       a Redis URL (``REDIS_URL`` is accepted too)
 ``IDEMPOTENCY_SQLITE_PATH``     a SQLite file, when no Redis URL is set
@@ -78,9 +78,10 @@ class IdempotencySettings(BaseSettings):
 
 
 def store_from_url(url: str, *, redis_prefix: str = "idem:") -> BaseIdempotencyStore:
-    """A store for ``redis://``, ``rediss://``, ``unix://``, ``sqlite:///…`` or ``memory://``."""
+    """A store for ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
+    ``sqlite:///…`` or ``memory://``."""
     scheme = url.split(":", 1)[0].lower()
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .stores.redis import RedisIdempotencyStore
 
         return RedisIdempotencyStore.from_url(url, prefix=redis_prefix)
@@ -93,6 +94,6 @@ def store_from_url(url: str, *, redis_prefix: str = "idem:") -> BaseIdempotencyS
 
         return InMemoryIdempotencyStore()
     raise ValueError(
-        f"unsupported store URL {url!r}: use redis://, rediss://, unix://, sqlite:///path "
-        "or memory://"
+        f"unsupported store URL {url!r}: use redis://, rediss://, unix://, redis+cluster://, "
+        "sqlite:///path or memory://"
     )
