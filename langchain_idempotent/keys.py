@@ -32,12 +32,14 @@ The fingerprint (a hash of tool and canonical arguments) is stored with the reco
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from .canonical import CANONICAL_VERSION, canonical_json
 from .context import current_scope
@@ -97,14 +99,46 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
                 )
             tool_input = {next(iter(fields)): tool_input}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        model = schema.model_validate(visible)
-        return model.model_dump(mode="json", include=set(fields))
+        return _json_arguments(schema.model_validate(visible), set(fields))
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(props, Mapping):
         return {k: v for k, v in tool_input.items() if k in props}
     return dict(tool_input)
+
+
+def _json_arguments(model: BaseModel, fields: set[str]) -> dict[str, Any]:
+    """The validated arguments as JSON values; :class:`InvalidArgumentsError` if they have
+    no canonical form (not serialisable, nested too deeply, NaN or an infinity anywhere).
+
+    Pydantic's JSON mode writes a NaN or an infinity under an ``Any`` field as ``null``,
+    which would give ``[nan]`` and ``[None]`` one key: they are refused instead.
+    """
+    try:
+        _refuse_non_finite(model.model_dump(mode="python", include=fields))
+        return model.model_dump(mode="json", include=fields)
+    except InvalidArgumentsError:
+        raise
+    except (PydanticSerializationError, ValueError, RecursionError) as exc:
+        raise InvalidArgumentsError(
+            f"tool arguments have no canonical JSON form, so no idempotency key can be made: {exc}"
+        ) from exc
+
+
+def _refuse_non_finite(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InvalidArgumentsError(
+                f"tool arguments contain {item!r}, which has no canonical JSON form; NaN and "
+                "infinities cannot be part of an idempotency key — pass them as strings"
+            )
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
 
 
 def _thread_id(config: RunnableConfig) -> str | None:
