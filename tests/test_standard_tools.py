@@ -1,0 +1,87 @@
+"""LangChain's standard tool tests (``langchain-tests``) against ``IdempotentTool``.
+
+Two wrapped tools, a plain one and a ``content_and_artifact`` one, each through
+``ToolsUnitTests`` and ``ToolsIntegrationTests``. The standard tests call
+``tool.invoke(...)`` outside any graph, with no thread id, so an autouse fixture enters
+``idempotency_scope(...)`` around every test, as a user outside LangGraph would. Each test
+gets a fresh tool with its own in-memory store (``tool_constructor`` is the class, built
+from ``tool_constructor_params`` per test).
+
+This suite cannot see a dropped schema or a wrong replay: ``test_tool_wrapper.py`` checks
+those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.tools import BaseTool, tool
+from langchain_tests.integration_tests import ToolsIntegrationTests
+from langchain_tests.unit_tests import ToolsUnitTests
+
+from langchain_idempotent import (
+    Engine,
+    IdempotentTool,
+    InMemoryIdempotencyStore,
+    Policy,
+    idempotency_scope,
+)
+
+
+@tool
+def issue_refund(invoice_id: str, amount: float, reason: str = "customer request") -> str:
+    """Refund part or all of an invoice."""
+    return f"refunded {amount:g} on {invoice_id} ({reason})"
+
+
+@tool(response_format="content_and_artifact")
+def search_orders(customer_id: str, limit: int = 10) -> tuple[str, list[dict[str, Any]]]:
+    """Search a customer's orders; the artifact is the raw rows."""
+    rows = [{"id": f"O-{i}", "customer": customer_id} for i in range(min(limit, 2))]
+    return f"{len(rows)} orders for {customer_id}", rows
+
+
+class _Scoped:
+    """Gives every standard test a scope: they invoke the tool with no thread id."""
+
+    @pytest.fixture(autouse=True)
+    def _idempotency_scope(self) -> Iterator[None]:
+        with idempotency_scope("langchain-tests"):
+            yield
+
+    inner: BaseTool
+    example: dict[str, Any]
+
+    @property
+    def tool_constructor(self) -> type[BaseTool]:
+        return IdempotentTool
+
+    @property
+    def tool_constructor_params(self) -> dict[str, Any]:
+        return {"inner": self.inner, "engine": Engine(InMemoryIdempotencyStore(), Policy())}
+
+    @property
+    def tool_invoke_params_example(self) -> dict[str, Any]:
+        return self.example
+
+
+class TestPlainToolUnit(_Scoped, ToolsUnitTests):
+    inner = issue_refund
+    example = {"invoice_id": "INV-7", "amount": 140}
+
+
+class TestPlainToolIntegration(_Scoped, ToolsIntegrationTests):
+    inner = issue_refund
+    example = {"invoice_id": "INV-7", "amount": 140}
+
+
+class TestArtifactToolUnit(_Scoped, ToolsUnitTests):
+    inner = search_orders
+    example = {"customer_id": "C-1"}
+
+
+class TestArtifactToolIntegration(_Scoped, ToolsIntegrationTests):
+    inner = search_orders
+    example = {"customer_id": "C-1", "limit": 2}
