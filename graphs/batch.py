@@ -1,0 +1,353 @@
+"""``python -m graphs.batch`` / ``refund-batch``: the overnight refund batch, three ways.
+
+N tickets (default 1,400) go through the refund agent in W worker processes (default 4)
+that pull from one shared queue. The same seeded faults hit every mode:
+
+- the LLM gateway answers 502 (the worker loop retries with exponential backoff),
+- the planner's arguments drift in form (``140`` ↔ ``140.0``, key order),
+- the provider answers 502 before a refund, or commits it and drops the connection,
+  or is slow,
+- a worker process dies inside ``issue_refund`` right after the provider committed, and
+  the parent hands its ticket to another worker, which resumes the thread,
+- the queue delivers a ticket twice at once (two workers run one thread).
+
+Modes (``--protection``): ``none`` (plain tools), ``reference`` (the GET / SET NX / DEL
+recipe of :mod:`graphs.reference`), ``idempotent`` (``langchain_idempotent.idempotent``),
+or ``all`` (the default): the three in turn, printed side by side and saved under
+``--out`` as JSON and a PNG chart.
+
+Stores: an embedded SQLite file per mode (in a temporary directory, or ``--workdir``);
+``--redis URL`` puts the idempotency records (and the reference's keys) in Redis instead.
+Every run uses fresh thread ids and a fresh namespace, so runs never replay each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import asdict
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from .faults import FaultRates, chance
+from .jobs import (
+    COUNTERS,
+    FAILED,
+    KILLED_EXIT_CODE,
+    MODES,
+    PENDING,
+    Shared,
+    WorkerConfig,
+    start_worker,
+)
+from .provider import Invoice, PaymentProvider, ProviderFaults
+from .report import (
+    ModeResult,
+    ledger_figures,
+    render_table,
+    save_chart,
+    save_json,
+    worst_customers,
+)
+from .tickets import Ticket, generate_tickets
+
+__all__ = ["BatchOptions", "main", "parse_args", "run_batch", "run_mode"]
+
+BatchOptions = argparse.Namespace
+
+
+def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
+    d = FaultRates()
+    p = argparse.ArgumentParser(
+        prog="refund-batch",
+        description="Run the refund batch under seeded faults with each protection mode.",
+    )
+    p.add_argument("-n", "--tickets", type=int, default=1400, help="tickets (default 1400)")
+    p.add_argument("-w", "--workers", type=int, default=4, help="worker processes (default 4)")
+    p.add_argument("--seed", type=int, default=7, help="seed of every fault (default 7)")
+    p.add_argument(
+        "--protection",
+        choices=[*MODES, "all"],
+        default="all",
+        help="which mode to run; 'all' runs the three side by side (default)",
+    )
+    p.add_argument("--redis", metavar="URL", help="keep idempotency records in Redis at URL")
+    p.add_argument("--workdir", type=Path, help="keep SQLite files here (default: a temp dir)")
+    p.add_argument("--out", type=Path, default=Path("runs"), help="report directory (runs/)")
+    p.add_argument(
+        "--model",
+        default="fake",
+        help="planner: 'fake' (scripted, default) or 'openai:<name>' (needs OPENAI_API_KEY)",
+    )
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=2.0,
+        help="lease of idempotent() and lock TTL of the reference, seconds (default 2; "
+        "the reference recipe says 45, scaled down so dead workers are recovered in-run)",
+    )
+    p.add_argument("--wait-timeout", type=float, default=10.0, help="idempotent() wait (s)")
+    p.add_argument("--retention", type=float, default=3600.0, help="record TTL (s)")
+    p.add_argument("--max-attempts", type=int, default=10, help="worker-loop attempts/ticket")
+    p.add_argument("--backoff-base", type=float, default=0.05, help="first backoff (s)")
+    p.add_argument("--backoff-cap", type=float, default=1.0, help="longest backoff (s)")
+    p.add_argument("--timeout", type=float, default=900.0, help="abort a mode after (s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-v", "--verbose", action="store_true", help="log idempotency events")
+    faults = p.add_argument_group("fault rates (probabilities; see graphs.faults)")
+    for name in (
+        "llm_502",
+        "arg_drift",
+        "provider_502",
+        "drop_after_commit",
+        "latency",
+        "latency_s",
+        "worker_kill",
+        "duplicate_delivery",
+    ):
+        faults.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            default=getattr(d, name),
+            help=f"default {getattr(d, name)}",
+        )
+    opts = p.parse_args(argv)
+    if opts.tickets < 1 or opts.workers < 1 or opts.max_attempts < 1:
+        p.error("--tickets, --workers and --max-attempts must be >= 1")
+    try:
+        opts.rates = _rates(opts)
+    except ValueError as exc:
+        p.error(str(exc))
+    return opts
+
+
+def _rates(opts: BatchOptions) -> FaultRates:
+    return FaultRates(
+        llm_502=opts.llm_502,
+        arg_drift=opts.arg_drift,
+        provider_502=opts.provider_502,
+        drop_after_commit=opts.drop_after_commit,
+        latency=opts.latency,
+        latency_s=opts.latency_s,
+        worker_kill=opts.worker_kill,
+        duplicate_delivery=opts.duplicate_delivery,
+    )
+
+
+def _context() -> ForkServerContext:
+    """Workers fork from a server process that imported the agent stack once."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["graphs.worker"])
+    return ctx
+
+
+def run_mode(
+    mode: str,
+    opts: BatchOptions,
+    tickets: Sequence[Ticket],
+    workdir: Path,
+    run_id: str,
+    ctx: ForkServerContext,
+    progress: Any = None,
+) -> ModeResult:
+    """Run every ticket once under ``mode`` against a fresh provider; report the outcome."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    rates: FaultRates = opts.rates
+    faults = ProviderFaults(
+        seed=opts.seed,
+        error_502=rates.provider_502,
+        drop_after_commit=rates.drop_after_commit,
+        latency=rates.latency,
+        latency_s=rates.latency_s,
+    )
+    invoices = [Invoice(t.invoice_id, t.customer_id, t.amount_cents) for t in tickets]
+    n, width = len(tickets), len(COUNTERS)
+    with PaymentProvider(workdir / "provider.sqlite", invoices=invoices, faults=faults) as provider:
+        cfg = WorkerConfig(
+            mode=mode,
+            tickets=tuple(tickets),
+            provider_url=provider.url,
+            workdir=str(workdir),
+            run_id=run_id,
+            seed=opts.seed,
+            rates=rates,
+            lease=opts.lease,
+            wait_timeout=opts.wait_timeout,
+            retention=opts.retention,
+            max_attempts=opts.max_attempts,
+            backoff_base=opts.backoff_base,
+            backoff_cap=opts.backoff_cap,
+            redis_url=opts.redis,
+            model=opts.model,
+            verbose=opts.verbose,
+        )
+        shared = Shared(
+            status=ctx.RawArray("b", n),
+            current=ctx.RawArray("i", [-1] * opts.workers),
+            counters=ctx.RawArray("q", opts.workers * width),
+        )
+        tasks = ctx.Queue()
+        task_id = progress.add_task(mode, total=n, note="") if progress is not None else None
+
+        def start(slot: int) -> BaseProcess:
+            return start_worker(ctx, cfg, slot, tasks, shared)
+
+        started = time.monotonic()
+        procs = [start(slot) for slot in range(opts.workers)]
+        deliveries = [1] * n
+        twice = 0
+        for t in tickets:
+            tasks.put((t.index, 1, 0))
+            if chance(opts.seed, "duplicate", t.ticket_id) < rates.duplicate_delivery:
+                tasks.put((t.index, 1, 1))  # a second copy, right behind the first
+                twice += 1
+        try:
+            while True:
+                finished = sum(1 for s in shared.status[:] if s != PENDING)
+                if progress is not None:
+                    c = shared.totals()
+                    note = f"killed {c['worker_kill']} · retries {c['loop_retries']}"
+                    progress.update(task_id, completed=finished, note=note)
+                if finished == n:
+                    break
+                for slot, proc in enumerate(procs):
+                    if proc.exitcode is None:
+                        continue
+                    if proc.exitcode not in (KILLED_EXIT_CODE, -9):
+                        raise RuntimeError(
+                            f"worker {proc.name} exited with code {proc.exitcode}; "
+                            "see its traceback above"
+                        )
+                    index = shared.current[slot]
+                    if index >= 0 and shared.status[index] == PENDING:
+                        deliveries[index] += 1  # redelivered to whichever worker is free
+                        tasks.put((index, deliveries[index], 0))
+                    shared.current[slot] = -1
+                    procs[slot] = start(slot)
+                if time.monotonic() - started > opts.timeout:
+                    raise TimeoutError(f"mode {mode!r} did not finish within {opts.timeout} s")
+                time.sleep(0.05)
+            wall = time.monotonic() - started
+        finally:
+            for _ in procs:
+                tasks.put(None)
+            for proc in procs:
+                proc.join(timeout=10)
+                if proc.exitcode is None:
+                    proc.kill()
+                    proc.join()
+            tasks.close()
+            tasks.join_thread()
+        refunds = provider.ledger.refunds()
+        notifications = provider.ledger.notifications()
+        pstats = provider.stats()
+    counters = shared.totals()
+    faults_fired = {
+        "llm_502": counters["llm_502"],
+        "arg_drift": counters["arg_drift"],
+        "provider_502": pstats.get("error_502", 0),
+        "drop_after_commit": pstats.get("drop_after_commit", 0),
+        "latency": pstats.get("latency", 0),
+        "worker_kill": counters["worker_kill"],
+        "duplicate_delivery": twice,
+    }
+    given_up = sum(1 for s in shared.status[:] if s == FAILED)
+    return ModeResult(
+        mode=mode,
+        tickets=n,
+        tickets_completed=n - given_up,
+        tickets_given_up=given_up,
+        ledger=ledger_figures(tickets, refunds, notifications),
+        counters=counters,
+        provider=pstats,
+        faults=faults_fired,
+        wall_time_s=round(wall, 2),
+        store=_store_name(mode, opts),
+    )
+
+
+def _store_name(mode: str, opts: BatchOptions) -> str:
+    if mode == "none":
+        return "-"
+    return f"redis ({opts.redis})" if opts.redis else "sqlite (embedded)"
+
+
+def _noop() -> None:
+    return None
+
+
+def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
+    """Run the selected modes in turn on the same tickets and seeded faults."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    modes = list(MODES) if opts.protection == "all" else [opts.protection]
+    tickets = generate_tickets(opts.tickets, opts.seed)
+    run_id = uuid.uuid4().hex[:10]
+    ctx = _context()
+    warm = ctx.Process(target=_noop)  # start the fork server before any clock runs
+    warm.start()
+    warm.join()
+    progress = (
+        None
+        if opts.no_progress
+        else Progress(
+            TextColumn("[bold]{task.description:>10}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=console,
+        )
+    )
+    results = []
+    with (
+        tempfile.TemporaryDirectory(prefix="refund-batch-")
+        if opts.workdir is None
+        else nullcontext(str(opts.workdir / run_id)) as base,
+        progress if progress is not None else nullcontext(),
+    ):
+        for mode in modes:
+            results.append(run_mode(mode, opts, tickets, Path(base) / mode, run_id, ctx, progress))
+    return results
+
+
+def _config(opts: BatchOptions) -> dict[str, Any]:
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
+    config["rates"] = asdict(opts.rates)
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point (``refund-batch``). Returns the process exit status."""
+    from rich.console import Console
+
+    opts = parse_args(argv)
+    console = Console()
+    results = run_batch(opts, console)
+    title = (
+        f"Refund batch: {opts.tickets} tickets, {opts.workers} workers, seed {opts.seed}, "
+        f"store {'redis' if opts.redis else 'sqlite'}"
+    )
+    console.print(render_table(results, title))
+    for line in worst_customers(results):
+        console.print(line)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    json_path = opts.out / f"refund-batch-{stamp}.json"
+    png_path = opts.out / f"refund-batch-{stamp}.png"
+    save_json(results, _config(opts), json_path)
+    save_chart(results, title, png_path)
+    console.print(f"saved {json_path} and {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""What the batch's parent and its worker processes share, without the agent stack.
+
+The parent imports only this module (plus the provider and the report), so it never pays
+for importing LangGraph: the workers fork from a server process that imported
+:mod:`graphs.worker` once (``set_forkserver_preload``), and :func:`start_worker` names the
+entry point through a trampoline.
+
+Three arrays in shared memory, written without locks because each cell has one writer at a
+time: per-ticket status (the worker that finishes it), the ticket each worker slot is on
+(that slot's worker; the parent after the worker died), and per-slot counters (the slot's
+worker). A killed worker's counts survive it; its replacement reuses the slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from multiprocessing.sharedctypes import SynchronizedArray
+from typing import TYPE_CHECKING, Any
+
+from .faults import FaultRates
+from .tickets import Ticket
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
+__all__ = [
+    "COUNTERS",
+    "DONE",
+    "FAILED",
+    "KILLED_EXIT_CODE",
+    "MODES",
+    "PENDING",
+    "Shared",
+    "WorkerConfig",
+    "start_worker",
+]
+
+MODES = ("none", "reference", "idempotent")
+PENDING, DONE, FAILED = 0, 1, 2
+#: Exit status of a worker killed by the ``worker_kill`` fault (128 + SIGKILL).
+KILLED_EXIT_CODE = 137
+
+#: Per-slot counters, in shared memory.
+COUNTERS = (
+    "llm_calls",
+    "llm_502",
+    "arg_drift",
+    "worker_kill",
+    "loop_retries",
+    "replayed",
+    "waits",
+    "takeovers",
+    "lease_lost",
+    "stale_completion",
+    "lock_contention",
+    "cpu_ms",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Everything a worker needs; picklable, identical for every worker of a mode."""
+
+    mode: str
+    tickets: tuple[Ticket, ...]
+    provider_url: str
+    workdir: str
+    run_id: str
+    seed: int
+    rates: FaultRates
+    lease: float
+    wait_timeout: float
+    retention: float
+    max_attempts: int
+    backoff_base: float
+    backoff_cap: float
+    redis_url: str | None = None
+    model: str | None = None
+    verbose: bool = False
+
+    def thread_id(self, ticket: Ticket) -> str:
+        return f"{ticket.ticket_id}@{self.run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """Arrays shared by the parent and the workers (lock-free: one writer per cell)."""
+
+    status: SynchronizedArray[int]
+    current: SynchronizedArray[int]
+    counters: SynchronizedArray[int]
+
+    def count(self, slot: int, name: str, n: int = 1) -> None:
+        self.counters[slot * len(COUNTERS) + COUNTERS.index(name)] += n
+
+    def totals(self) -> dict[str, int]:
+        width = len(COUNTERS)
+        slots = len(self.counters) // width
+        return {
+            name: sum(self.counters[s * width + i] for s in range(slots))
+            for i, name in enumerate(COUNTERS)
+        }
+
+
+def _run_worker(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared) -> None:
+    from .worker import worker_main  # preloaded in the fork server: no import cost here
+
+    worker_main(cfg, slot, tasks, shared)
+
+
+def start_worker(
+    ctx: ForkServerContext, cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared
+) -> BaseProcess:
+    """Start worker ``slot`` of ``cfg.mode`` (a daemon process forked by the fork server)."""
+    proc = ctx.Process(
+        target=_run_worker,
+        args=(cfg, slot, tasks, shared),
+        name=f"refund-worker-{cfg.mode}-{slot}",
+        daemon=True,
+    )
+    proc.start()
+    return proc

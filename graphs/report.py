@@ -1,0 +1,191 @@
+"""The batch report: what each protection mode cost, from the provider's own ledger.
+
+Money figures come from the provider's ledger, not from the workers' view of things:
+every ticket owes one refund of its amount; a refund beyond that is a duplicate, and its
+amount is over-credited. Counts of agent activity (LLM calls, replays, waits, takeovers)
+come from the workers' shared counters; fault counts from whoever injected them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .tickets import Ticket, dollars
+
+__all__ = [
+    "LedgerFigures",
+    "ModeResult",
+    "ledger_figures",
+    "render_table",
+    "save_chart",
+    "save_json",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerFigures:
+    refunds_expected: int
+    refunds_executed: int
+    duplicate_refunds: int
+    missing_refunds: int
+    over_credited_cents: int
+    customers_affected: int
+    duplicate_notifications: int
+    #: The most over-credited customer, e.g. ``"C-00042: $420 credited for $140 owed"``.
+    worst_customer: str
+
+
+def ledger_figures(
+    tickets: Sequence[Ticket],
+    refunds: Iterable[dict[str, Any]],
+    notifications: Iterable[dict[str, Any]],
+) -> LedgerFigures:
+    """Compare the provider's ledger with what the tickets owe (one refund each)."""
+    owed = {t.invoice_id: t for t in tickets}
+    paid: Counter[str] = Counter()
+    credited: Counter[str] = Counter()
+    for refund in refunds:
+        paid[refund["invoice_id"]] += 1
+        credited[refund["customer_id"]] += int(refund["amount_cents"])
+    duplicates = sum(max(0, n - 1) for n in paid.values())
+    over = {inv: (n - 1) * owed[inv].amount_cents for inv, n in paid.items() if n > 1}
+    affected = {owed[inv].customer_id for inv in over}
+    owed_by_customer: Counter[str] = Counter()
+    for t in tickets:
+        if paid[t.invoice_id]:
+            owed_by_customer[t.customer_id] += t.amount_cents
+    worst = ""
+    if affected:
+        customer = max(affected, key=lambda c: credited[c] - owed_by_customer[c])
+        worst = (
+            f"{customer}: ${dollars(credited[customer])} credited for "
+            f"${dollars(owed_by_customer[customer])} owed"
+        )
+    sent: Counter[str] = Counter(n["ticket_id"] for n in notifications)
+    return LedgerFigures(
+        refunds_expected=len(tickets),
+        refunds_executed=sum(paid.values()),
+        duplicate_refunds=duplicates,
+        missing_refunds=sum(1 for t in tickets if paid[t.invoice_id] == 0),
+        over_credited_cents=sum(over.values()),
+        customers_affected=len(affected),
+        duplicate_notifications=sum(max(0, n - 1) for n in sent.values()),
+        worst_customer=worst,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ModeResult:
+    mode: str
+    tickets: int
+    tickets_completed: int
+    tickets_given_up: int
+    ledger: LedgerFigures
+    counters: dict[str, int]
+    provider: dict[str, int]
+    faults: dict[str, int]
+    wall_time_s: float
+    store: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+#: (label, how to read it from a ModeResult), in table order.
+_ROWS: list[tuple[str, Any]] = [
+    ("tickets", lambda r: r.tickets),
+    ("tickets completed", lambda r: r.tickets_completed),
+    ("tickets given up", lambda r: r.tickets_given_up),
+    ("refunds expected", lambda r: r.ledger.refunds_expected),
+    ("refunds executed at the provider", lambda r: r.ledger.refunds_executed),
+    ("duplicate refunds", lambda r: r.ledger.duplicate_refunds),
+    ("missing refunds", lambda r: r.ledger.missing_refunds),
+    ("dollars over-credited", lambda r: f"${dollars(r.ledger.over_credited_cents)}"),
+    ("customers affected", lambda r: r.ledger.customers_affected),
+    ("duplicate notifications", lambda r: r.ledger.duplicate_notifications),
+    ("LLM calls", lambda r: r.counters.get("llm_calls", 0)),
+    ("tool calls replayed (store)", lambda r: r.counters.get("replayed", 0)),
+    ("replayed by the provider (key)", lambda r: r.provider.get("replayed", 0)),
+    ("waits for another worker", lambda r: r.counters.get("waits", 0)),
+    ("takeovers of expired leases", lambda r: r.counters.get("takeovers", 0)),
+    ("lock contention errors", lambda r: r.counters.get("lock_contention", 0)),
+    ("worker-loop retries", lambda r: r.counters.get("loop_retries", 0)),
+    ("wall time", lambda r: f"{r.wall_time_s:.1f} s"),
+]
+
+_FAULT_ROWS = [
+    ("LLM gateway 502", "llm_502"),
+    ("argument drift", "arg_drift"),
+    ("provider 502 before refund", "provider_502"),
+    ("connection dropped after commit", "drop_after_commit"),
+    ("provider latency", "latency"),
+    ("worker killed mid-tool", "worker_kill"),
+    ("ticket delivered twice", "duplicate_delivery"),
+]
+
+
+def render_table(results: Sequence[ModeResult], title: str) -> Any:
+    """A :class:`rich.table.Table`: one column per mode, then the faults that fired."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    for r in results:
+        table.add_column(r.mode, justify="right")
+    for label, read in _ROWS:
+        cells = [str(read(r)) for r in results]
+        style = "bold" if label in ("duplicate refunds", "dollars over-credited") else None
+        table.add_row(label, *cells, style=style)
+    table.add_section()
+    for label, key in _FAULT_ROWS:
+        table.add_row(f"fault: {label}", *[str(r.faults.get(key, 0)) for r in results])
+    return table
+
+
+def worst_customers(results: Sequence[ModeResult]) -> list[str]:
+    """One line per mode that over-credited someone: who got the most, and how much."""
+    return [
+        f"worst customer under --protection {r.mode}: {r.ledger.worst_customer}"
+        for r in results
+        if r.ledger.worst_customer
+    ]
+
+
+def save_json(results: Sequence[ModeResult], config: dict[str, Any], path: Path) -> None:
+    payload = {"config": config, "modes": {r.mode: asdict(r) for r in results}}
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def save_chart(results: Sequence[ModeResult], title: str, path: Path) -> None:
+    """A PNG with one bar chart per headline figure, one bar per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: list[tuple[str, str, list[float]]] = [
+        ("duplicate refunds", "{:,.0f}", [r.ledger.duplicate_refunds for r in results]),
+        (
+            "dollars over-credited",
+            "${:,.0f}",
+            [r.ledger.over_credited_cents / 100 for r in results],
+        ),
+        ("customers affected", "{:,.0f}", [r.ledger.customers_affected for r in results]),
+        ("wall time", "{:.0f} s", [r.wall_time_s for r in results]),
+    ]
+    colours = {"none": "#d62728", "reference": "#ff7f0e", "idempotent": "#2ca02c"}
+    names = [r.mode for r in results]
+    fig = plt.figure(figsize=(4 * len(panels), 3.6))
+    for i, (label, fmt, values) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        bars = ax.bar(names, values, color=[colours.get(n, "#1f77b4") for n in names])
+        ax.bar_label(bars, labels=[fmt.format(v) for v in values])
+        ax.set_title(label)
+        ax.margins(y=0.2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

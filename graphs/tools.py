@@ -1,0 +1,106 @@
+"""The refund agent's three tools, calling the payment provider over HTTP.
+
+- ``lookup_invoice``: a read (``GET /invoices/<id>``).
+- ``issue_refund``: moves money (``POST /refunds``). Inside an idempotent call it passes
+  the idempotency key and fencing token downstream as ``Idempotency-Key`` and
+  ``Idempotency-Fence``, so the provider deduplicates the effect itself — the only way a
+  refund whose response was lost (dropped connection, dead worker) is not paid twice.
+- ``notify_customer``: sends a message (``POST /notifications``), with the key likewise.
+
+Provider failures are mapped once, here, to :class:`ProviderError`:
+:class:`ProviderUnavailableError` when the outcome is unknown or nothing happened (5xx,
+dropped connection, timeout) and :class:`ProviderRejectedError` for a refusal (4xx).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import ROUND_HALF_UP, Decimal
+
+import httpx
+from langchain_core.tools import BaseTool, tool
+
+from langchain_idempotent import get_idempotency_context
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ProviderError",
+    "ProviderRejectedError",
+    "ProviderUnavailableError",
+    "make_tools",
+]
+
+#: Explicit client timeouts (seconds): a hung provider must not hang a worker.
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=2.0)
+
+
+class ProviderError(Exception):
+    """The payment provider did not do what was asked (or we cannot know whether it did)."""
+
+
+class ProviderUnavailableError(ProviderError):
+    """5xx, dropped connection or timeout: the request may or may not have taken effect."""
+
+
+class ProviderRejectedError(ProviderError):
+    """A 4xx answer: invalid request, reused key (422), stale fence (409)."""
+
+
+def _cents(amount: float) -> int:
+    return int((Decimal(str(amount)) * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def _idempotency_headers() -> dict[str, str]:
+    ctx = get_idempotency_context()
+    if ctx is None:  # unprotected (baseline) call: nothing to hand downstream
+        return {}
+    return {"Idempotency-Key": ctx.key, "Idempotency-Fence": str(ctx.fence)}
+
+
+def _call(http: httpx.Client, method: str, path: str, **kwargs: object) -> str:
+    try:
+        response = http.request(method, path, **kwargs)  # type: ignore[arg-type]
+    except httpx.TransportError as exc:
+        raise ProviderUnavailableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code >= 500:
+        raise ProviderUnavailableError(f"{method} {path}: HTTP {response.status_code}")
+    if response.status_code >= 400:
+        raise ProviderRejectedError(f"{method} {path}: HTTP {response.status_code} {response.text}")
+    return json.dumps(response.json(), sort_keys=True)
+
+
+def make_tools(
+    http: httpx.Client,
+    *,
+    after_refund_committed: Callable[[], None] | None = None,
+) -> tuple[BaseTool, BaseTool, BaseTool]:
+    """``(lookup_invoice, issue_refund, notify_customer)`` bound to ``http``.
+
+    ``http`` must have the provider as ``base_url`` and explicit timeouts (see
+    :data:`DEFAULT_TIMEOUT`). ``after_refund_committed`` runs inside ``issue_refund`` once
+    the provider has answered with a committed refund, before the tool returns: the demo
+    uses it to kill the worker process at the worst moment.
+    """
+
+    @tool
+    def lookup_invoice(invoice_id: str) -> str:
+        """Look up an invoice: its customer, amount (in cents) and currency."""
+        return _call(http, "GET", f"/invoices/{invoice_id}")
+
+    @tool
+    def issue_refund(invoice_id: str, amount: float, reason: str) -> str:
+        """Refund `amount` dollars of invoice `invoice_id` to its customer. Moves money."""
+        body = {"invoice_id": invoice_id, "amount_cents": _cents(amount), "reason": reason}
+        result = _call(http, "POST", "/refunds", json=body, headers=_idempotency_headers())
+        if after_refund_committed is not None:
+            after_refund_committed()
+        return result
+
+    @tool
+    def notify_customer(customer_id: str, ticket_id: str, message: str) -> str:
+        """Send the customer a message about their ticket."""
+        body = {"customer_id": customer_id, "ticket_id": ticket_id, "message": message}
+        return _call(http, "POST", "/notifications", json=body, headers=_idempotency_headers())
+
+    return lookup_invoice, issue_refund, notify_customer

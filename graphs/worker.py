@@ -1,0 +1,223 @@
+"""One worker process of the batch: pull tickets, run the agent, retry with backoff.
+
+The worker loop is the one a team writes without idempotency in mind, and a good one: a
+ticket that fails (an LLM gateway 502, a lease held elsewhere, lock contention) is retried
+with exponential backoff and jitter, and every attempt *resumes the ticket's thread* from
+the checkpointer — so a ticket that another worker started, or that a dead worker left
+half done, continues where it stopped.
+
+Workers share three arrays with the parent, written without locks because each slot has
+one writer: per-ticket status, the ticket each worker slot is on, and per-slot counters.
+A worker that dies mid-ticket leaves its slot pointing at the ticket, and the parent
+re-queues it. Counters are written to shared memory at once, so a killed worker's counts
+survive it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.graph import MessagesState
+
+from langchain_idempotent import (
+    BaseIdempotencyStore,
+    IdempotencyEvent,
+    RedisIdempotencyStore,
+    SqliteIdempotencyStore,
+)
+
+from .fake_model import ScriptedRefundModel
+from .faults import chance
+from .jobs import DONE, FAILED, KILLED_EXIT_CODE, MODES, PENDING, Shared, WorkerConfig
+from .reference import RedisKV, ReferenceIdempotency, ReferenceIdempotentTool, ReferenceKV, SqliteKV
+from .refund_agent import RefundAgent, build_refund_agent, sqlite_checkpointer
+from .tickets import Ticket
+from .tools import DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
+__all__ = ["build_worker_agent", "run_ticket", "worker_main"]
+
+_EVENT_COUNTERS = {
+    "replay": "replayed",
+    "wait": "waits",
+    "takeover": "takeovers",
+    "lease_lost": "lease_lost",
+    "stale_completion": "stale_completion",
+    "contention": "lock_contention",
+}
+
+
+class _KillSwitch:
+    """Kills this process inside ``issue_refund`` after the provider committed, if armed."""
+
+    def __init__(self, shared: Shared, slot: int) -> None:
+        self.armed = False
+        self._shared, self._slot = shared, slot
+
+    def __call__(self) -> None:
+        if self.armed:
+            self._shared.count(self._slot, "worker_kill")
+            os._exit(KILLED_EXIT_CODE)  # no cleanup, no result stored, lease/lock left held
+
+
+def _make_model(cfg: WorkerConfig, on_fault: Callable[[str], None]) -> BaseChatModel:
+    if cfg.model is None or cfg.model == "fake":
+        return ScriptedRefundModel(
+            seed=cfg.seed,
+            error_rate=cfg.rates.llm_502,
+            drift_rate=cfg.rates.arg_drift,
+            on_fault=on_fault,
+        )
+    provider, _, name = cfg.model.partition(":")
+    if provider != "openai" or not name:
+        raise ValueError(f"--model must be 'fake' or 'openai:<model name>', got {cfg.model!r}")
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise RuntimeError("--model openai:... needs OPENAI_API_KEY in the environment")
+    # langchain-openai is an optional extra: imported only when asked for.
+    chat_openai = importlib.import_module("langchain_openai").ChatOpenAI
+    model: BaseChatModel = chat_openai(model=name, temperature=0, timeout=60.0, max_retries=0)
+    return model
+
+
+def _make_store(cfg: WorkerConfig) -> BaseIdempotencyStore:
+    if cfg.redis_url:
+        return RedisIdempotencyStore.from_url(cfg.redis_url)
+    return SqliteIdempotencyStore(Path(cfg.workdir) / "idempotency.sqlite")
+
+
+def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
+    if cfg.redis_url:
+        return RedisKV(cfg.redis_url)
+    return SqliteKV(Path(cfg.workdir) / "reference.sqlite")
+
+
+def build_worker_agent(
+    cfg: WorkerConfig, shared: Shared, slot: int
+) -> tuple[RefundAgent, _KillSwitch]:
+    """The agent for ``cfg.mode``, wired to this slot's counters and kill switch."""
+
+    def count(name: str) -> None:
+        shared.count(slot, name)
+
+    def on_event(event: IdempotencyEvent | str) -> None:
+        kind = event if isinstance(event, str) else event.kind
+        if kind in _EVENT_COUNTERS:
+            count(_EVENT_COUNTERS[kind])
+
+    kill = _KillSwitch(shared, slot)
+    http = httpx.Client(base_url=cfg.provider_url, timeout=DEFAULT_TIMEOUT)
+    store: BaseIdempotencyStore | None = None
+    protect: Callable[[list[BaseTool]], list[BaseTool]] | None = None
+    idempotency: dict[str, Any] = {}
+    if cfg.mode == "idempotent":
+        store = _make_store(cfg)
+        idempotency = {
+            "lease": cfg.lease,
+            "wait_timeout": cfg.wait_timeout,
+            "ttl": cfg.retention,
+            "namespace": f"refund-batch-{cfg.run_id}",
+            "on_event": on_event,
+        }
+    elif cfg.mode == "reference":
+        guard = ReferenceIdempotency(
+            _make_kv(cfg), lock_ttl=cfg.lease, result_ttl=cfg.retention, on_event=on_event
+        )
+
+        def protect(tools: list[BaseTool]) -> list[BaseTool]:
+            return ReferenceIdempotentTool.wrap(tools, guard)
+
+    elif cfg.mode != "none":
+        raise ValueError(f"unknown protection mode {cfg.mode!r}; expected one of {MODES}")
+    agent = build_refund_agent(
+        store,
+        _make_model(cfg, count),
+        sqlite_checkpointer(Path(cfg.workdir) / "checkpoints.sqlite"),
+        http=http,
+        idempotency=idempotency,
+        protect=protect,
+        after_refund_committed=kill,
+        on_llm_call=lambda: count("llm_calls"),
+    )
+    return agent, kill
+
+
+def run_ticket(
+    agent: RefundAgent,
+    ticket: Ticket,
+    cfg: WorkerConfig,
+    *,
+    rng: random.Random,
+    on_retry: Callable[[BaseException], None],
+) -> bool:
+    """Run one ticket to the end, resuming its thread; ``False`` after ``max_attempts``."""
+    config: RunnableConfig = {
+        "configurable": {"thread_id": cfg.thread_id(ticket)},
+        "recursion_limit": 60,
+    }
+    for attempt in range(1, cfg.max_attempts + 1):
+        try:
+            state = agent.get_state(config)
+            if state.values.get("messages") and not state.next:
+                return True  # finished, e.g. by a concurrent delivery of the same ticket
+            inputs = None if state.next else MessagesState(messages=[HumanMessage(ticket.text)])
+            agent.invoke(inputs, config, durability="sync")
+            return True
+        except Exception as exc:  # the loop retries anything; that is its whole job
+            on_retry(exc)
+            if attempt < cfg.max_attempts:
+                ceiling = min(cfg.backoff_cap, cfg.backoff_base * 2 ** (attempt - 1))
+                time.sleep(ceiling * (0.5 + rng.random() / 2))
+    return False
+
+
+def worker_main(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared) -> None:
+    """Process entry point: take ``(ticket index, delivery, copy)`` until ``None``."""
+    if cfg.verbose:
+        logging.basicConfig(
+            level=logging.INFO, format=f"%(asctime)s worker-{slot} %(name)s %(message)s"
+        )
+    else:  # the events are counted in the report; keep the progress bar readable
+        logging.getLogger("langchain_idempotent").setLevel(logging.ERROR)
+    agent, kill = build_worker_agent(cfg, shared, slot)
+    cpu = time.process_time()
+    while True:
+        item = tasks.get()
+        if item is None:
+            break
+        index, delivery, copy = item
+        if shared.status[index] != PENDING:
+            continue
+        ticket = cfg.tickets[index]
+        shared.current[slot] = index
+        kill.armed = (
+            delivery == 1
+            and copy == 0
+            and chance(cfg.seed, "kill", ticket.ticket_id) < cfg.rates.worker_kill
+        )
+        rng = random.Random(f"{cfg.seed}:{ticket.ticket_id}:{delivery}:{copy}")
+        ok = run_ticket(
+            agent, ticket, cfg, rng=rng, on_retry=lambda _e: shared.count(slot, "loop_retries")
+        )
+        kill.armed = False
+        if ok:
+            shared.status[index] = DONE
+        elif shared.status[index] != DONE:
+            shared.status[index] = FAILED
+        shared.current[slot] = -1
+        now = time.process_time()
+        shared.count(slot, "cpu_ms", int((now - cpu) * 1000))
+        cpu = now

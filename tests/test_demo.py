@@ -1,0 +1,313 @@
+"""The main demo: provider semantics, the scripted planner, the reference baseline, and a
+small batch in which the idempotent mode pays every refund exactly once while the
+baselines do not — under faults that are shown to have fired."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from graphs.batch import main
+from graphs.fake_model import ScriptedRefundModel, UpstreamGatewayError
+from graphs.faults import chance
+from graphs.provider import Invoice, PaymentProvider, ProviderFaults
+from graphs.reference import ReferenceIdempotency, SqliteKV, reference_key
+from graphs.refund_agent import build_refund_agent
+
+REFUND = {"invoice_id": "INV-1", "amount_cents": 14000, "reason": "Support ticket T-1"}
+
+
+def _provider(tmp_path: Path, **faults: Any) -> PaymentProvider:
+    return PaymentProvider(
+        tmp_path / "ledger.sqlite",
+        invoices=[Invoice("INV-1", "C-1", 14000)],
+        faults=ProviderFaults(**faults),
+    )
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[PaymentProvider]:
+    with _provider(tmp_path) as p:
+        yield p
+
+
+_HTTP = httpx.Client(timeout=5.0)  # one client: building one costs ~0.1 s (TLS context)
+
+
+def _post(p: PaymentProvider, body: dict[str, Any], **headers: str) -> httpx.Response:
+    return _HTTP.post(f"{p.url}/refunds", json=body, headers=headers)
+
+
+# -- the provider honours Idempotency-Key like Stripe ---------------------------------
+
+
+def test_same_key_and_params_replay_the_stored_refund_without_paying_again(
+    provider: PaymentProvider,
+) -> None:
+    first = _post(provider, REFUND, **{"Idempotency-Key": "k1"})
+    again = _post(provider, REFUND, **{"Idempotency-Key": "k1"})
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    assert len(provider.ledger.refunds()) == 1
+    assert provider.ledger.refunds()[0]["idempotency_key"] == "k1"
+    assert provider.stats()["replayed"] == 1
+
+
+def test_same_key_with_other_params_is_refused_with_422(provider: PaymentProvider) -> None:
+    assert _post(provider, REFUND, **{"Idempotency-Key": "k1"}).status_code == 200
+    other = _post(provider, {**REFUND, "amount_cents": 42000}, **{"Idempotency-Key": "k1"})
+    assert other.status_code == 422
+    assert other.json()["error"]["type"] == "idempotency_error"
+    assert len(provider.ledger.refunds()) == 1
+
+
+def test_a_fence_lower_than_one_seen_for_the_key_is_refused_with_409(
+    provider: PaymentProvider,
+) -> None:
+    key = {"Idempotency-Key": "k1"}
+    assert _post(provider, REFUND, **key, **{"Idempotency-Fence": "2"}).status_code == 200
+    stale = _post(provider, REFUND, **key, **{"Idempotency-Fence": "1"})
+    assert stale.status_code == 409
+    assert stale.json()["error"]["type"] == "stale_fence"
+    newer = _post(provider, REFUND, **key, **{"Idempotency-Fence": "3"})
+    assert newer.status_code == 200
+    assert newer.headers["Idempotent-Replayed"] == "true"
+    assert len(provider.ledger.refunds()) == 1
+
+
+def test_without_a_key_every_post_is_a_new_refund(provider: PaymentProvider) -> None:
+    assert _post(provider, REFUND).status_code == 200
+    assert _post(provider, REFUND).status_code == 200
+    assert len(provider.ledger.refunds()) == 2
+
+
+def test_an_injected_502_comes_before_anything_is_committed(tmp_path: Path) -> None:
+    with _provider(tmp_path, error_502=1.0) as p:
+        answer = _post(p, REFUND, **{"Idempotency-Key": "k1"})
+        assert answer.status_code == 502
+        assert p.ledger.refunds() == []
+        assert p.stats()["error_502"] == 1
+
+
+def test_a_dropped_connection_comes_after_the_refund_is_committed(tmp_path: Path) -> None:
+    with _provider(tmp_path, drop_after_commit=1.0) as p:
+        with pytest.raises(httpx.RemoteProtocolError):
+            _post(p, REFUND, **{"Idempotency-Key": "k1"})
+        assert len(p.ledger.refunds()) == 1
+        with pytest.raises(httpx.RemoteProtocolError):
+            _post(p, REFUND, **{"Idempotency-Key": "k1"})  # the retry, answered from the key
+        assert len(p.ledger.refunds()) == 1
+        assert p.stats() == {"drop_after_commit": 2, "replayed": 1}
+
+
+def test_injected_latency_delays_the_answer_and_is_counted(tmp_path: Path) -> None:
+    with _provider(tmp_path, latency=1.0, latency_s=0.2) as p:
+        started = time.monotonic()
+        assert _post(p, REFUND).status_code == 200
+        assert time.monotonic() - started >= 0.2
+        assert p.stats()["latency"] == 1
+
+
+def test_provider_faults_depend_only_on_the_seed_and_the_request(tmp_path: Path) -> None:
+    def fault_sequence(run: str) -> list[int]:
+        (tmp_path / run).mkdir()
+        with _provider(tmp_path / run, seed=3, error_502=0.5) as p:
+            return [_post(p, REFUND).status_code for _ in range(12)]
+
+    first, second = fault_sequence("a"), fault_sequence("b")
+    assert first == second
+    assert {200, 502} == set(first)
+    assert chance(3, "x", 1) == chance(3, "x", 1) != chance(4, "x", 1)
+
+
+# -- the scripted planner ---------------------------------------------------------------
+
+
+def test_the_planner_looks_up_refunds_notifies_and_answers_from_the_ticket_text(
+    provider: PaymentProvider,
+) -> None:
+    text = "Ticket T-00007 from customer C-1: I was charged twice for invoice INV-1. Refund $140."
+    agent = build_refund_agent(None, ScriptedRefundModel(), provider_url=provider.url)
+    out = agent.invoke({"messages": [HumanMessage(text)]}, {"configurable": {"thread_id": "t1"}})
+    calls = [m.tool_calls[0] for m in out["messages"] if isinstance(m, AIMessage) and m.tool_calls]
+    assert [c["name"] for c in calls] == ["lookup_invoice", "issue_refund", "notify_customer"]
+    assert calls[1]["args"] == {
+        "invoice_id": "INV-1",
+        "amount": 140,
+        "reason": "Support ticket T-00007",
+    }
+    (refund,) = provider.ledger.refunds()
+    assert (refund["invoice_id"], refund["amount_cents"]) == ("INV-1", 14000)
+    assert refund["refund_id"] in str(out["messages"][-1].content)
+    (note,) = provider.ledger.notifications()
+    assert (note["customer_id"], note["ticket_id"]) == ("C-1", "T-00007")
+
+
+def _conversation() -> list[Any]:
+    ticket = "Ticket T-00001 from customer C-00001: refund $140 on invoice INV-1."
+    lookup = {"invoice_id": "INV-1"}
+    return [
+        HumanMessage(ticket),
+        AIMessage("", tool_calls=[{"name": "lookup_invoice", "args": lookup, "id": "c1"}]),
+        ToolMessage('{"invoice_id": "INV-1"}', tool_call_id="c1", name="lookup_invoice"),
+    ]
+
+
+def test_argument_drift_changes_the_form_of_the_refund_call_not_its_meaning() -> None:
+    fired: list[str] = []
+    model = ScriptedRefundModel(drift_rate=1.0, on_fault=fired.append)
+    call = model.invoke(_conversation()).tool_calls[0]
+    assert call["name"] == "issue_refund"
+    assert list(call["args"]) == ["reason", "amount", "invoice_id"]  # reordered
+    assert call["args"]["amount"] == 140.0
+    assert isinstance(call["args"]["amount"], float)  # 140 -> 140.0
+    assert fired == ["arg_drift"]
+
+
+def test_an_injected_llm_502_raises_instead_of_answering() -> None:
+    fired: list[str] = []
+    model = ScriptedRefundModel(error_rate=1.0, on_fault=fired.append)
+    with pytest.raises(UpstreamGatewayError, match="502"):
+        model.invoke(_conversation())
+    assert fired == ["llm_502"]
+
+
+def test_a_failed_tool_call_is_planned_again_then_escalated() -> None:
+    failed = ToolMessage("Error: 502", tool_call_id="c2", name="issue_refund", status="error")
+    model = ScriptedRefundModel(max_tool_retries=2)
+    retry = model.invoke([*_conversation(), failed])
+    assert retry.tool_calls[0]["name"] == "issue_refund"
+    gave_up = model.invoke([*_conversation(), failed, failed])
+    assert not gave_up.tool_calls
+    assert "escalating" in str(gave_up.content)
+
+
+# -- the reference approach, faults included --------------------------------------------
+
+
+def test_the_reference_replays_a_stored_result_and_refuses_a_live_lock(tmp_path: Path) -> None:
+    events: list[str] = []
+    ref = ReferenceIdempotency(SqliteKV(tmp_path / "kv.sqlite"), on_event=events.append)
+    runs: list[int] = []
+    assert ref.run("wf", "refund", {"a": 1}, lambda: runs.append(1) or "ok") == "ok"
+    assert ref.run("wf", "refund", {"a": 1}, lambda: runs.append(1) or "again") == "ok"
+    assert runs == [1]
+    with pytest.raises(RuntimeError, match="Lock contention"):
+        ref.run("wf", "refund", {"a": 2}, lambda: ref.run("wf", "refund", {"a": 2}, lambda: 0))
+    assert events == ["replay", "contention"]
+
+
+def test_the_reference_runs_twice_across_the_window_between_get_and_set_nx(
+    tmp_path: Path,
+) -> None:
+    """Its documented race: B finishes between A's GET and A's SET NX, so A runs again."""
+    kv = SqliteKV(tmp_path / "kv.sqlite")
+    runs: list[str] = []
+
+    class SlowGet(SqliteKV):
+        def get(self, key: str) -> str | None:
+            value = kv.get(key)
+            if value is None and not runs:  # A has read "no result"; B runs in between
+                ReferenceIdempotency(kv).run("wf", "refund", {"a": 1}, lambda: runs.append("B"))
+            return value
+
+    ReferenceIdempotency(SlowGet(tmp_path / "kv.sqlite")).run(
+        "wf", "refund", {"a": 1}, lambda: runs.append("A")
+    )
+    assert runs == ["B", "A"]
+
+
+def test_the_reference_reruns_after_a_crash_once_the_lock_expires(tmp_path: Path) -> None:
+    kv = SqliteKV(tmp_path / "kv.sqlite")
+    ref = ReferenceIdempotency(kv, lock_ttl=0.1)
+    key = "lock:" + reference_key("wf", "r", {})
+    assert kv.set_nx_ex(key, "LOCKED", 0.1)  # a worker took the lock and died
+    with pytest.raises(RuntimeError, match="Lock contention"):
+        ref.run("wf", "r", {}, lambda: "second run")
+    time.sleep(0.15)
+    assert ref.run("wf", "r", {}, lambda: "second run") == "second run"
+
+
+# -- the batch: zero duplicates with idempotent(), duplicates without it -----------------
+
+SMALL_BATCH = [
+    "--tickets", "60", "--workers", "3", "--seed", "11", "--lease", "1.0",
+    "--wait-timeout", "5", "--backoff-base", "0.02", "--backoff-cap", "0.3",
+    "--llm-502", "0.05", "--arg-drift", "0.3", "--provider-502", "0.05",
+    "--drop-after-commit", "0.08", "--latency", "0.05", "--latency-s", "0.05",
+    "--worker-kill", "0.08", "--duplicate-delivery", "0.08", "--no-progress",
+]  # fmt: skip
+
+
+def _run(out: Path, *extra: str) -> dict[str, Any]:
+    assert main([*SMALL_BATCH, "--out", str(out), *extra]) == 0
+    (report,) = out.glob("refund-batch-*.json")
+    assert report.with_suffix(".png").stat().st_size > 0
+    modes: dict[str, Any] = json.loads(report.read_text())["modes"]
+    return modes
+
+
+@pytest.fixture(scope="module")
+def small_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _run(tmp_path_factory.mktemp("runs"))
+
+
+def test_every_fault_kind_fired_in_every_mode(small_batch: dict[str, Any]) -> None:
+    for mode in ("none", "reference", "idempotent"):
+        faults = small_batch[mode]["faults"]
+        assert set(faults) == {
+            "llm_502",
+            "arg_drift",
+            "provider_502",
+            "drop_after_commit",
+            "latency",
+            "worker_kill",
+            "duplicate_delivery",
+        }
+        assert all(count > 0 for count in faults.values()), (mode, faults)
+
+
+def test_the_same_seeded_faults_hit_every_mode(small_batch: dict[str, Any]) -> None:
+    for kind in ("worker_kill", "duplicate_delivery"):
+        assert len({small_batch[m]["faults"][kind] for m in small_batch}) == 1, kind
+
+
+def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) -> None:
+    result = small_batch["idempotent"]
+    assert result["tickets_given_up"] == 0
+    assert result["ledger"]["refunds_executed"] == result["ledger"]["refunds_expected"] == 60
+    assert result["ledger"]["duplicate_refunds"] == 0
+    assert result["ledger"]["over_credited_cents"] == 0
+    assert result["ledger"]["missing_refunds"] == 0
+    assert result["ledger"]["duplicate_notifications"] == 0
+    assert result["counters"]["takeovers"] > 0  # dead workers' leases were taken over
+    assert result["provider"]["replayed"] > 0  # and the key handed downstream deduplicated
+
+
+def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[str, Any]) -> None:
+    for mode in ("none", "reference"):
+        ledger = small_batch[mode]["ledger"]
+        assert ledger["duplicate_refunds"] > 0, mode
+        assert ledger["over_credited_cents"] > 0, mode
+        assert ledger["refunds_executed"] > ledger["refunds_expected"], mode
+
+
+@pytest.mark.redis
+def test_idempotent_on_redis_pays_every_refund_exactly_once(
+    redis_server: Any, tmp_path: Path
+) -> None:
+    result = _run(tmp_path, "--protection", "idempotent", "--redis", redis_server.url)
+    ledger = result["idempotent"]["ledger"]
+    assert result["idempotent"]["faults"]["worker_kill"] > 0
+    assert ledger["refunds_executed"] == 60
+    assert ledger["duplicate_refunds"] == 0
+    assert ledger["over_credited_cents"] == 0
