@@ -689,9 +689,9 @@ def test_list_sees_only_this_prefix_even_when_it_holds_glob_characters(
 
 
 @pytest.mark.parametrize(
-    ("policy", "warned"), [("allkeys-lru", True), ("volatile-lru", False), ("noeviction", False)]
+    ("policy", "warned"), [("allkeys-lru", True), ("volatile-lru", True), ("noeviction", False)]
 )
-def test_an_allkeys_eviction_policy_is_warned_about_once(
+def test_an_eviction_policy_that_can_evict_records_is_warned_about_once(
     server: RedisServer, caplog: pytest.LogCaptureFixture, policy: str, warned: bool
 ) -> None:
     server.client().config_set("maxmemory-policy", policy)

@@ -56,8 +56,9 @@ Spec:
   ``execute_command``.
 - **Eviction.** On the first successful operation the store asks ``CONFIG GET
   maxmemory-policy`` once and logs a warning on ``langchain_idempotent.stores.redis`` for
-  an ``allkeys-*`` policy, which can evict live leases and stored results. Servers that
-  refuse ``CONFIG`` are not asked again.
+  any policy but ``noeviction``: ``allkeys-*`` can evict any record, and ``volatile-*``
+  can too, because every record carries a TTL. Servers that refuse ``CONFIG`` are not
+  asked again.
 - **Durability.** What Redis persists is what survives: without AOF (``appendfsync``) and
   replication acknowledgement, a restart or failover can lose recent records, and the tool
   can run again (with the same key handed downstream).
@@ -1185,12 +1186,12 @@ def _await_confirmation(get_message: Callable[..., Any], deadline: float) -> boo
 
 def _warn_if_evicting(reply: Any) -> None:
     for policy in _strings(reply):
-        if policy.startswith("allkeys-"):
+        if policy != "noeviction" and policy != "maxmemory-policy":
             _log.warning(
                 "Redis maxmemory-policy is %s: under memory pressure the server can evict "
-                "idempotency records (live leases and stored results), and an evicted record "
-                "lets a tool run again. Use noeviction or a volatile-* policy (records carry "
-                "a TTL).",
+                "idempotency records (live leases and stored results; every record carries a "
+                "TTL, so volatile-* policies can evict them too), and an evicted record lets a "
+                "tool run again. Use noeviction, or size maxmemory so eviction never happens.",
                 policy,
             )
             return
