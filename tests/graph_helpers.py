@@ -124,12 +124,15 @@ def tool_graph(
     tools: Sequence[BaseTool],
     *,
     checkpointer: Checkpointer = None,
-    handle_tool_errors: Any = True,
+    handle_tool_errors: Any = None,
     retry_policy: RetryPolicy | None = None,
     state_schema: type[Any] = MessagesState,
     name: str | None = None,
 ) -> Any:
-    """The classic hand-built agent: ``agent`` ⇄ ``tools`` (a ``ToolNode``) on messages."""
+    """The classic hand-built agent: ``agent`` ⇄ ``tools`` (a ``ToolNode``) on messages.
+
+    ``handle_tool_errors`` is ToolNode's own default unless given.
+    """
     bound = model.bind_tools(tools)
 
     def agent(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
@@ -142,7 +145,9 @@ def tool_graph(
     builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
     builder.add_node(
         "tools",
-        ToolNode(list(tools), handle_tool_errors=handle_tool_errors),
+        ToolNode(list(tools))
+        if handle_tool_errors is None
+        else ToolNode(list(tools), handle_tool_errors=handle_tool_errors),
         retry_policy=retry_policy,
     )
     builder.add_edge(START, "agent")

@@ -33,7 +33,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState, create_react_agent
 from langgraph.types import Command, RetryPolicy, interrupt
 
-from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+from langchain_idempotent import InMemoryIdempotencyStore, MissingScopeError, idempotent
 
 REFUND = {"invoice_id": "INV-7", "amount": 140}
 
@@ -110,6 +110,23 @@ async def test_the_same_call_again_in_the_thread_replays_the_first_result(
     assert recorder.names() == ["idempotency.replay"]
     [record] = store.list(thread_id=config["configurable"]["thread_id"])
     assert (record.meta["node"], record.meta["graph_path"]) == ("tools", "tools")
+
+
+def test_a_graph_run_without_a_thread_id_fails_loudly_before_the_tool_runs(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    effects = Effects()
+    model = ScriptedChatModel(then=on_each_turn(("issue_refund", REFUND)))
+    graph = tool_graph(model, [idempotent(refund_tool(effects), store)])  # no checkpointer
+    with pytest.raises(MissingScopeError, match="checkpointer"):
+        graph.invoke({"messages": [HumanMessage("refund")]})
+    assert effects.count() == 0
+    # A ToolNode told to hand every error to the model does so with this one too.
+    graph = tool_graph(model, [idempotent(refund_tool(effects), store)], handle_tool_errors=True)
+    out = graph.invoke({"messages": [HumanMessage("refund")]})
+    [(_, content)] = tool_results(out["messages"])
+    assert "MissingScopeError" in content and "thread_id" in content
+    assert effects.count() == 0
 
 
 # -- subgraphs ----------------------------------------------------------------------------
