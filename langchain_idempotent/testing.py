@@ -1105,7 +1105,7 @@ class StoreContractTests:
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         )
-        @given(ops=st.lists(_OPS, min_size=1, max_size=30))
+        @given(ops=_OPS)
         def run(ops: list[_Op]) -> None:
             _Harness(store, None).run(ops)
 
@@ -1125,7 +1125,7 @@ class StoreContractTests:
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],
         )
-        @given(ops=st.lists(_OPS, min_size=1, max_size=30))
+        @given(ops=_OPS)
         def run(ops: list[_Op]) -> None:
             _Harness(store, on_loop).run(ops)
 
@@ -1152,18 +1152,33 @@ class _Op:
     via_async: bool
 
 
-_OPS: st.SearchStrategy[_Op] = st.builds(
-    _Op,
-    kind=st.sampled_from(["claim", "claim", "renew", "complete", "release"]),
-    key=st.integers(0, 1),
-    owner=st.integers(0, 2),
-    fence=st.one_of(st.none(), st.none(), st.integers(0, 4)),
-    other_fingerprint=st.sampled_from([False, False, False, True]),
-    report=st.booleans(),
-    payload=st.integers(0, len(_PAYLOADS) - 1),
-    failed=st.booleans(),
-    via_async=st.booleans(),
-)
+_KINDS: tuple[_Kind, ...] = ("claim",) * 3 + ("renew", "release", "release", "complete")
+_FENCES = (None, None, None, 0, 1, 2, 3)
+_RADIX = (len(_KINDS), 2, 3, len(_FENCES), len(_PAYLOADS), 2, 2, 2, 8)
+
+
+def _decode(n: int) -> _Op:
+    """One operation from one integer (one draw per step keeps generation cheap)."""
+    n = n * 2654435761 % 2**32  # spread hypothesis' small integers over every digit
+    digits = []
+    for radix in _RADIX:
+        n, digit = divmod(n, radix)
+        digits.append(digit)
+    kind, key, owner, fence, payload, failed, report, via_async, other = digits
+    return _Op(
+        kind=_KINDS[kind],
+        key=key,
+        owner=owner,
+        fence=_FENCES[fence],
+        other_fingerprint=other == 7,
+        report=bool(report),
+        payload=payload,
+        failed=bool(failed),
+        via_async=bool(via_async),
+    )
+
+
+_OPS = st.lists(st.integers(0, 2**32 - 1).map(_decode), min_size=5, max_size=30)
 
 
 class _Model:
