@@ -13,8 +13,8 @@ that pull from one shared queue. The same seeded faults hit every mode:
 
 Modes (``--protection``): ``none`` (plain tools), ``reference`` (the GET / SET NX / DEL
 recipe of :mod:`graphs.reference`), ``idempotent`` (``langchain_idempotent.idempotent``),
-or ``all`` (the default): the three in turn, printed side by side and saved under
-``--out`` as JSON and a PNG chart.
+a comma-separated list, or ``all`` (the default): the modes run in turn on the same
+tickets and faults, are printed side by side and saved under ``--out`` as JSON and PNG.
 
 Stores: an embedded SQLite file per mode (in a temporary directory, or ``--workdir``);
 ``--redis URL`` puts the idempotency records (and the reference's keys) in Redis instead.
@@ -75,9 +75,9 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
     p.add_argument("--seed", type=int, default=7, help="seed of every fault (default 7)")
     p.add_argument(
         "--protection",
-        choices=[*MODES, "all"],
         default="all",
-        help="which mode to run; 'all' runs the three side by side (default)",
+        help="none, reference, idempotent, a comma-separated list of them, or all "
+        "(default: the three side by side)",
     )
     p.add_argument("--redis", metavar="URL", help="keep idempotency records in Redis at URL")
     p.add_argument("--workdir", type=Path, help="keep SQLite files here (default: a temp dir)")
@@ -120,6 +120,10 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
             help=f"default {getattr(d, name)}",
         )
     opts = p.parse_args(argv)
+    opts.modes = list(MODES) if opts.protection == "all" else opts.protection.split(",")
+    unknown = [m for m in opts.modes if m not in MODES]
+    if unknown or not opts.modes:
+        p.error(f"--protection: unknown mode(s) {unknown}; choose from {', '.join(MODES)}, all")
     if opts.tickets < 1 or opts.workers < 1 or opts.max_attempts < 1:
         p.error("--tickets, --workers and --max-attempts must be >= 1")
     try:
@@ -201,6 +205,7 @@ def run_mode(
             return start_worker(ctx, cfg, slot, tasks, shared)
 
         started = time.monotonic()
+        parent_cpu_started = time.process_time()
         procs = [start(slot) for slot in range(opts.workers)]
         deliveries = [1] * n
         twice = 0
@@ -249,6 +254,9 @@ def run_mode(
         refunds = provider.ledger.refunds()
         notifications = provider.ledger.notifications()
         pstats = provider.stats()
+    parent_cpu = time.process_time() - parent_cpu_started
+    if opts.redis:
+        _delete_redis_keys(opts.redis, cfg.redis_prefix)
     counters = shared.totals()
     faults_fired = {
         "llm_502": counters["llm_502"],
@@ -270,8 +278,27 @@ def run_mode(
         provider=pstats,
         faults=faults_fired,
         wall_time_s=round(wall, 2),
+        cpu_time_s=round(counters["cpu_ms"] / 1000 + parent_cpu, 1),
         store=_store_name(mode, opts),
     )
+
+
+def _delete_redis_keys(url: str, prefix: str) -> None:
+    """Delete this run's keys (and only them: they all start with ``prefix``)."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=2.0)
+    try:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=prefix + "*", count=1000):
+            batch.append(key)
+            if len(batch) == 500:
+                client.delete(*batch)
+                batch.clear()
+        if batch:
+            client.delete(*batch)
+    finally:
+        client.close()
 
 
 def _store_name(mode: str, opts: BatchOptions) -> str:
@@ -288,7 +315,7 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
     """Run the selected modes in turn on the same tickets and seeded faults."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    modes = list(MODES) if opts.protection == "all" else [opts.protection]
+    modes: list[str] = opts.modes
     tickets = generate_tickets(opts.tickets, opts.seed)
     run_id = uuid.uuid4().hex[:10]
     ctx = _context()

@@ -83,6 +83,12 @@ class WorkerConfig:
     def thread_id(self, ticket: Ticket) -> str:
         return f"{ticket.ticket_id}@{self.run_id}"
 
+    @property
+    def redis_prefix(self) -> str:
+        """Every Redis key of this run starts with this (so runs never collide, and the
+        parent deletes exactly this run's keys afterwards)."""
+        return f"refund-batch:{self.run_id}:{self.mode}:"
+
 
 @dataclass(frozen=True, slots=True)
 class Shared:

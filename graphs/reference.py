@@ -128,33 +128,39 @@ class SqliteKV:
 
 
 class RedisKV:
-    """The reference's commands on a real Redis (``redis.Redis`` with explicit timeouts)."""
+    """The reference's commands on a real Redis (``redis.Redis`` with explicit timeouts).
 
-    def __init__(self, url: str) -> None:
+    ``prefix`` is prepended to every key, as a client-side key prefix: the recipe's keys
+    are unchanged, and a demo run can delete exactly its own keys afterwards.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "") -> None:
         import redis
 
         self._client = redis.Redis.from_url(
             url, socket_timeout=5.0, socket_connect_timeout=2.0, decode_responses=True
         )
+        self._prefix = prefix
 
     def close(self) -> None:
         self._client.close()
 
     def get(self, key: str) -> str | None:
-        value = self._client.get(key)
+        value = self._client.get(self._prefix + key)
         return None if value is None else str(value)
 
     def set_nx_ex(self, key: str, value: str, ex: float) -> bool:
-        return bool(self._client.set(key, value, px=max(1, int(ex * 1000)), nx=True))
+        ms = max(1, int(ex * 1000))
+        return bool(self._client.set(self._prefix + key, value, px=ms, nx=True))
 
     def set_ex_and_delete(self, key: str, value: str, ex: float, delete: str) -> None:
-        pipe = self._client.pipeline(transaction=True)
-        pipe.set(key, value, px=max(1, int(ex * 1000)))
-        pipe.delete(delete)
+        pipe = self._client.pipeline(transaction=True)  # MULTI ... EXEC
+        pipe.set(self._prefix + key, value, px=max(1, int(ex * 1000)))
+        pipe.delete(self._prefix + delete)
         pipe.execute()
 
     def delete(self, key: str) -> None:
-        self._client.delete(key)
+        self._client.delete(self._prefix + key)
 
 
 def reference_key(workflow_run_id: str, step_name: str, payload: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ class LedgerFigures:
     over_credited_cents: int
     customers_affected: int
     duplicate_notifications: int
-    #: The most over-credited customer, e.g. ``"C-00042: $420 credited for $140 owed"``.
+    #: The most over-credited customer: ``"C-00042 was credited $420 for $140 owed"``.
     worst_customer: str
 
 
@@ -63,7 +63,7 @@ def ledger_figures(
     if affected:
         customer = max(affected, key=lambda c: credited[c] - owed_by_customer[c])
         worst = (
-            f"{customer}: ${dollars(credited[customer])} credited for "
+            f"{customer} was credited ${dollars(credited[customer])} for "
             f"${dollars(owed_by_customer[customer])} owed"
         )
     sent: Counter[str] = Counter(n["ticket_id"] for n in notifications)
@@ -90,6 +90,8 @@ class ModeResult:
     provider: dict[str, int]
     faults: dict[str, int]
     wall_time_s: float
+    #: CPU seconds of the workers (their finished tickets) and of the parent (provider).
+    cpu_time_s: float = 0.0
     store: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -103,7 +105,7 @@ _ROWS: list[tuple[str, Any]] = [
     ("refunds executed at the provider", lambda r: r.ledger.refunds_executed),
     ("duplicate refunds", lambda r: r.ledger.duplicate_refunds),
     ("missing refunds", lambda r: r.ledger.missing_refunds),
-    ("dollars over-credited", lambda r: f"${dollars(r.ledger.over_credited_cents)}"),
+    ("dollars over-credited", lambda r: f"${r.ledger.over_credited_cents / 100:,.2f}"),
     ("customers affected", lambda r: r.ledger.customers_affected),
     ("duplicate notifications", lambda r: r.ledger.duplicate_notifications),
     ("LLM calls", lambda r: r.counters.get("llm_calls", 0)),
@@ -114,6 +116,7 @@ _ROWS: list[tuple[str, Any]] = [
     ("lock contention errors", lambda r: r.counters.get("lock_contention", 0)),
     ("worker-loop retries", lambda r: r.counters.get("loop_retries", 0)),
     ("wall time", lambda r: f"{r.wall_time_s:.1f} s"),
+    ("CPU time (workers + provider)", lambda r: f"{r.cpu_time_s:.0f} s"),
 ]
 
 _FAULT_ROWS = [
@@ -148,7 +151,7 @@ def render_table(results: Sequence[ModeResult], title: str) -> Any:
 def worst_customers(results: Sequence[ModeResult]) -> list[str]:
     """One line per mode that over-credited someone: who got the most, and how much."""
     return [
-        f"worst customer under --protection {r.mode}: {r.ledger.worst_customer}"
+        f"worst customer ({r.mode}): {r.ledger.worst_customer}"
         for r in results
         if r.ledger.worst_customer
     ]

@@ -95,13 +95,13 @@ def _make_model(cfg: WorkerConfig, on_fault: Callable[[str], None]) -> BaseChatM
 
 def _make_store(cfg: WorkerConfig) -> BaseIdempotencyStore:
     if cfg.redis_url:
-        return RedisIdempotencyStore.from_url(cfg.redis_url)
+        return RedisIdempotencyStore.from_url(cfg.redis_url, prefix=cfg.redis_prefix)
     return SqliteIdempotencyStore(Path(cfg.workdir) / "idempotency.sqlite")
 
 
 def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
     if cfg.redis_url:
-        return RedisKV(cfg.redis_url)
+        return RedisKV(cfg.redis_url, prefix=cfg.redis_prefix)
     return SqliteKV(Path(cfg.workdir) / "reference.sqlite")
 
 
