@@ -9,9 +9,23 @@ and with a model-based property test that runs random operation sequences agains
 store and against a pure model built from the protocol functions, asserting identical
 answers.
 
+Besides the decision table, the suite holds every store to these rules:
+
+- time is the store's clock, in milliseconds; ``lease_until = now + lease_ms`` and a lease
+  ending exactly now has expired;
+- a record expires ``ttl_ms`` after the write that set it, but never while its lease is
+  live (a TTL shorter than the lease must not let a second caller in);
+- ``watch``/``awatch`` return within ``wake_latency_s`` of a completion or release made by
+  another thread, task or process; at once when the record is absent, done or at another
+  fence; by the lease deadline when nobody finishes; by ``timeout`` otherwise — and not
+  before, while nothing changed (a waiter must not spin);
+- claims and completions racing from many threads or tasks are serialised: one winner;
+- payloads are opaque bytes (``b""`` and 1 MiB included); keys are any ``str``.
+
 Use it from your own test module (needs ``pytest``, ``pytest-asyncio`` and ``hypothesis``)::
 
     import uuid
+    from collections.abc import Iterator
 
     import pytest
 
@@ -26,8 +40,8 @@ Use it from your own test module (needs ``pytest``, ``pytest-asyncio`` and ``hyp
             yield s
             s.close()
 
-Timing tests use short leases and the store's own clock; tune ``short_lease_ms`` and
-``wake_latency_s`` on the subclass if a backend is slower.
+Timing tests use short leases and the store's own clock; tune ``short_lease_ms``,
+``wake_latency_s`` and ``late_return_s`` on the subclass if a backend is slower.
 """
 
 from __future__ import annotations
@@ -178,8 +192,11 @@ class StoreContractTests:
     #: A lease (and TTL) short enough to expire during a test, long enough to outlast the
     #: round trips made while it must still be live.
     short_lease_ms: ClassVar[int] = 200
-    #: How late a watcher may return after the change (or deadline) that should wake it.
+    #: How late a watcher may return after the completion or release that should wake it.
     wake_latency_s: ClassVar[float] = 0.25
+    #: How late a watch may return after its timeout or the lease deadline, or when there
+    #: is nothing to wait for: generous, as it only tells a bounded wait from a hang.
+    late_return_s: ClassVar[float] = 1.0
     #: Examples per run of the model-based property tests.
     model_examples: ClassVar[int] = 50
 
@@ -636,8 +653,13 @@ class StoreContractTests:
     ) -> None:
         key = _key()
         c = _claim(store, key, "a", ttl_ms=self.short_lease_ms)
+        written = time.monotonic()
         _complete(store, key, "a", c.fence, b"r", ttl_ms=self.short_lease_ms)
-        assert _require(store.get(key)).state is State.COMPLETED
+        rec = store.get(key)
+        if rec is None:  # only a stall longer than the TTL excuses a missing record
+            assert time.monotonic() - written >= self.short_lease_ms / 1000
+        else:
+            assert rec.state is State.COMPLETED
         self._sleep_past_lease()
         assert store.get(key) is None
         assert key not in {r.key for r in store.list()}
@@ -903,7 +925,7 @@ class StoreContractTests:
         for key in (done, absent, moved):
             started = time.monotonic()
             store.watch(key, fence=1, timeout=5.0)
-            assert time.monotonic() - started < self.wake_latency_s, key
+            assert time.monotonic() - started < self.late_return_s, key
 
     @pytest.mark.asyncio
     async def test_awatch_returns_at_once_when_the_record_is_done_or_absent(
@@ -915,7 +937,7 @@ class StoreContractTests:
         for key in (done, absent):
             started = time.monotonic()
             await store.awatch(key, fence=1, timeout=5.0)
-            assert time.monotonic() - started < self.wake_latency_s, key
+            assert time.monotonic() - started < self.late_return_s, key
 
     def test_watch_returns_by_the_lease_deadline_when_nobody_completes(
         self, store: BaseIdempotencyStore
@@ -925,7 +947,7 @@ class StoreContractTests:
         started = time.monotonic()
         store.watch(key, fence=c.fence, timeout=5.0)
         waited = time.monotonic() - started
-        assert waited < self.short_lease_ms / 1000 + self.wake_latency_s
+        assert waited < self.short_lease_ms / 1000 + self.late_return_s
         assert _claim(store, key, "b").outcome is ClaimOutcome.TAKEOVER
 
     @pytest.mark.asyncio
@@ -937,7 +959,7 @@ class StoreContractTests:
         started = time.monotonic()
         await store.awatch(key, fence=c.fence, timeout=5.0)
         waited = time.monotonic() - started
-        assert waited < self.short_lease_ms / 1000 + self.wake_latency_s
+        assert waited < self.short_lease_ms / 1000 + self.late_return_s
 
     def test_watch_waits_out_its_timeout_while_the_lease_is_live(
         self, store: BaseIdempotencyStore
@@ -948,7 +970,7 @@ class StoreContractTests:
         started = time.monotonic()
         store.watch(key, fence=c.fence, timeout=timeout)
         waited = time.monotonic() - started
-        assert timeout / 2 <= waited < timeout + self.wake_latency_s
+        assert timeout / 2 <= waited < timeout + self.late_return_s
 
     @pytest.mark.asyncio
     async def test_awatch_waits_out_its_timeout_while_the_lease_is_live(
@@ -960,7 +982,7 @@ class StoreContractTests:
         started = time.monotonic()
         await store.awatch(key, fence=c.fence, timeout=timeout)
         waited = time.monotonic() - started
-        assert timeout / 2 <= waited < timeout + self.wake_latency_s
+        assert timeout / 2 <= waited < timeout + self.late_return_s
 
     # -- concurrency -------------------------------------------------------------------
 
