@@ -1117,6 +1117,28 @@ class StoreContractTests:
             await _acomplete(store, key, "a", c.fence, str(i).encode())
             assert (await _aclaim(store, key, "b")).payload == str(i).encode()
 
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def test_a_closed_store_reconnects_on_next_use(self, store: BaseIdempotencyStore) -> None:
+        key = _key()
+        c = _claim(store, key, "a")
+        store.close()
+        assert _complete(store, key, "a", c.fence, b"after-close").stored
+        store.close()
+        store.close()
+        assert _claim(store, key, "b").payload == b"after-close"
+
+    @pytest.mark.asyncio
+    async def test_a_closed_store_reconnects_on_next_use_async(
+        self, store: BaseIdempotencyStore
+    ) -> None:
+        key = _key()
+        c = await _aclaim(store, key, "a")
+        await store.aclose()
+        assert (await _acomplete(store, key, "a", c.fence, b"after-close")).stored
+        await store.aclose()
+        assert (await _aclaim(store, key, "b")).payload == b"after-close"
+
     # -- model-based: random operation sequences against the pure protocol -----------------
 
     def test_random_operation_sequences_agree_with_the_protocol_model(
