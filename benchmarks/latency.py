@@ -18,6 +18,7 @@ import gc
 import itertools
 import random
 import socket
+import statistics
 import time
 import traceback
 import uuid
@@ -102,6 +103,8 @@ class LatencyCase:
     #: Executions seen during this case's own timed batches.
     executed: int = 0
     samples: dict[str, list[int]] = field(default_factory=dict)
+    #: Per placement, the median of each round's batch in µs (drift and noise show here).
+    batch_medians: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -418,8 +421,11 @@ def _sample(case: LatencyCase, n: int, placement: str | None) -> None:
     finally:
         case.calls += len(args)
         case.executed += count() - before
-    if placement is not None:
+    if placement is not None and timings:
         case.samples.setdefault(placement, []).extend(timings)
+        case.batch_medians.setdefault(placement, []).append(
+            round(statistics.median(timings) / 1000, 1)
+        )
 
 
 def run_latency(
@@ -472,6 +478,6 @@ def latency_results(cases: list[LatencyCase], where: list[Placement]) -> list[di
                     stats["ratio_to_ping"] = (
                         stats["median_us"] / summary(ping.samples[p.name])["median_us"]
                     )
-            entry["placements"][p.name] = stats
+            entry["placements"][p.name] = {**stats, "batch_medians_us": case.batch_medians[p.name]}
         out.append(entry)
     return out

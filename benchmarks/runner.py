@@ -36,7 +36,7 @@ RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (< 1 min) for CI")
-    p.add_argument("--rounds", type=int, help="latency rounds (default 30; quick 3)")
+    p.add_argument("--rounds", type=int, help="latency rounds (default 30; quick 2)")
     p.add_argument("--batch", type=int, help="calls per case per round (default 200; quick 20)")
     p.add_argument("--graph-batch", type=int, help="calls per LangGraph case per round")
     p.add_argument("--throughput-calls", type=int, help="calls per throughput case (default 3200)")
@@ -103,9 +103,9 @@ def _check_counts(report: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     quick = args.quick
-    args.rounds = args.rounds or (3 if quick else 30)
+    args.rounds = args.rounds or (2 if quick else 30)
     args.batch = args.batch or (20 if quick else 200)
-    args.graph_batch = args.graph_batch or (10 if quick else 50)
+    args.graph_batch = args.graph_batch or (6 if quick else 50)
     args.throughput_calls = args.throughput_calls or (320 if quick else 3200)
     args.reps = args.reps or (1 if quick else 3)
     args.name = args.name or ("quick" if quick else "latest")
