@@ -191,7 +191,7 @@ class StoreContractTests:
 
     #: A lease (and TTL) short enough to expire during a test, long enough to outlast the
     #: round trips made while it must still be live.
-    short_lease_ms: ClassVar[int] = 200
+    short_lease_ms: ClassVar[int] = 150
     #: How late a watcher may return after the completion or release that should wake it.
     wake_latency_s: ClassVar[float] = 0.25
     #: How late a watch may return after its timeout or the lease deadline, or when there
@@ -201,10 +201,10 @@ class StoreContractTests:
     model_examples: ClassVar[int] = 50
 
     def _sleep_past_lease(self) -> None:
-        time.sleep(self.short_lease_ms / 1000 + 0.06)
+        time.sleep(self.short_lease_ms / 1000 + 0.05)
 
     async def _asleep_past_lease(self) -> None:
-        await asyncio.sleep(self.short_lease_ms / 1000 + 0.06)
+        await asyncio.sleep(self.short_lease_ms / 1000 + 0.05)
 
     # -- claim: absent, replay, mismatch ----------------------------------------------
 
