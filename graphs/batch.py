@@ -24,7 +24,9 @@ Every run uses fresh thread ids and a fresh namespace, so runs never replay each
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
+import os
 import sys
 import tempfile
 import time
@@ -126,6 +128,17 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
         p.error(f"--protection: unknown mode(s) {unknown}; choose from {', '.join(MODES)}, all")
     if opts.tickets < 1 or opts.workers < 1 or opts.max_attempts < 1:
         p.error("--tickets, --workers and --max-attempts must be >= 1")
+    if opts.model != "fake":
+        provider, _, name = opts.model.partition(":")
+        if provider != "openai" or not name:
+            p.error(f"--model must be 'fake' or 'openai:<model name>', got {opts.model!r}")
+        if not os.environ.get("OPENAI_API_KEY"):
+            p.error("--model openai:... needs OPENAI_API_KEY in the environment")
+        if importlib.util.find_spec("langchain_openai") is None:
+            p.error(
+                "--model openai:... needs langchain-openai: "
+                "pip install 'langchain-idempotent[openai]'"
+            )
     try:
         opts.rates = _rates(opts)
     except ValueError as exc:

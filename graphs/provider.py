@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS invoices (
 CREATE TABLE IF NOT EXISTS refunds (
     refund_id TEXT PRIMARY KEY, invoice_id TEXT NOT NULL, customer_id TEXT NOT NULL,
     amount_cents INTEGER NOT NULL, currency TEXT NOT NULL, reason TEXT NOT NULL,
-    idempotency_key TEXT, created_at REAL NOT NULL);
+    idempotency_key TEXT, created_at REAL NOT NULL,
+    response_lost INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS notifications (
     notification_id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, ticket_id TEXT NOT NULL,
     message TEXT NOT NULL, idempotency_key TEXT, created_at REAL NOT NULL);
@@ -125,6 +126,13 @@ class Ledger:
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.executemany("INSERT OR REPLACE INTO invoices VALUES (?, ?, ?, ?)", rows)
             self._conn.execute("COMMIT")
+
+    def mark_response_lost(self, refund_id: str) -> None:
+        """Note that the caller never got this refund's response (for the report only)."""
+        with self._lock:
+            self._conn.execute(
+                "UPDATE refunds SET response_lost = 1 WHERE refund_id = ?", (refund_id,)
+            )
 
     def invoice(self, invoice_id: str) -> JsonObject | None:
         with self._lock:
@@ -420,6 +428,8 @@ class PaymentProvider:
             self._count("stale_fence_409")
         if roll < f.error_502 + f.drop_after_commit:
             self._count("drop_after_commit")
+            if path == "/refunds" and answer.status == 200 and not answer.replayed:
+                self.ledger.mark_response_lost(answer.body["id"])
             return None
         return answer
 
@@ -439,9 +449,9 @@ class PaymentProvider:
             refund_id = "re_" + uuid.uuid4().hex[:24]
             now = time.time()
             conn.execute(
-                "INSERT INTO refunds VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO refunds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (refund_id, invoice_id, invoice["customer_id"], amount, currency, reason,
-                 key, now),
+                 key, now, 0),
             )  # fmt: skip
             return _Answer(
                 200,

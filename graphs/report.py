@@ -32,6 +32,10 @@ class LedgerFigures:
     refunds_expected: int
     refunds_executed: int
     duplicate_refunds: int
+    #: Duplicates whose previous refund's response was lost (dropped connection).
+    duplicates_after_lost_response: int
+    #: The other duplicates: a dead worker's step re-run, or two workers on one ticket.
+    duplicates_after_crash_or_concurrency: int
     missing_refunds: int
     over_credited_cents: int
     customers_affected: int
@@ -49,8 +53,14 @@ def ledger_figures(
     owed = {t.invoice_id: t for t in tickets}
     paid: Counter[str] = Counter()
     credited: Counter[str] = Counter()
-    for refund in refunds:
-        paid[refund["invoice_id"]] += 1
+    previous_lost: dict[str, bool] = {}
+    after_lost = 0
+    for refund in sorted(refunds, key=lambda r: r["created_at"]):
+        invoice = refund["invoice_id"]
+        if paid[invoice] and previous_lost[invoice]:
+            after_lost += 1
+        paid[invoice] += 1
+        previous_lost[invoice] = bool(refund.get("response_lost"))
         credited[refund["customer_id"]] += int(refund["amount_cents"])
     duplicates = sum(max(0, n - 1) for n in paid.values())
     over = {inv: (n - 1) * owed[inv].amount_cents for inv, n in paid.items() if n > 1}
@@ -71,6 +81,8 @@ def ledger_figures(
         refunds_expected=len(tickets),
         refunds_executed=sum(paid.values()),
         duplicate_refunds=duplicates,
+        duplicates_after_lost_response=after_lost,
+        duplicates_after_crash_or_concurrency=duplicates - after_lost,
         missing_refunds=sum(1 for t in tickets if paid[t.invoice_id] == 0),
         over_credited_cents=sum(over.values()),
         customers_affected=len(affected),
@@ -104,6 +116,11 @@ _ROWS: list[tuple[str, Any]] = [
     ("refunds expected", lambda r: r.ledger.refunds_expected),
     ("refunds executed at the provider", lambda r: r.ledger.refunds_executed),
     ("duplicate refunds", lambda r: r.ledger.duplicate_refunds),
+    ("  after a lost response", lambda r: r.ledger.duplicates_after_lost_response),
+    (
+        "  after a dead worker / 2nd delivery",
+        lambda r: r.ledger.duplicates_after_crash_or_concurrency,
+    ),
     ("missing refunds", lambda r: r.ledger.missing_refunds),
     ("dollars over-credited", lambda r: f"${r.ledger.over_credited_cents / 100:,.2f}"),
     ("customers affected", lambda r: r.ledger.customers_affected),
