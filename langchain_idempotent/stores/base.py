@@ -19,7 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
-from ..record import Claim, Completion, ExpiredPolicy, Record, State
+from ..record import Claim, Completion, ExpiredPolicy, Record
 
 __all__ = ["BaseIdempotencyStore"]
 
@@ -71,22 +71,28 @@ class BaseIdempotencyStore(ABC):
         """The record under ``key``, or ``None``."""
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
-        """Block until the record stops being RUNNING at ``fence``, or ``timeout`` seconds.
+        """Block until the record stops being RUNNING at ``fence``, its lease passes, or
+        ``timeout`` seconds.
 
         May return early; the engine re-claims after every wake-up. This default polls
-        with backoff; stores override it with a real notification.
+        with backoff on the host clock (:meth:`now_ms`); stores override it with a real
+        notification.
         """
         deadline = time.monotonic() + timeout
         delay = 0.002
         while True:
             rec = self.get(key)
-            if rec is None or rec.state is not State.RUNNING or rec.fence != fence:
+            if rec is None or not rec.lease_live(self.now_ms()) or rec.fence != fence:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.05)
+
+    def now_ms(self) -> int:
+        """The store's clock in milliseconds (the host clock unless a store overrides it)."""
+        return int(time.time() * 1000)
 
     # -- operator helpers (CLI) -------------------------------------------------------
 
@@ -176,7 +182,7 @@ class BaseIdempotencyStore(ABC):
         delay = 0.002
         while True:
             rec = await self.aget(key)
-            if rec is None or rec.state is not State.RUNNING or rec.fence != fence:
+            if rec is None or not rec.lease_live(self.now_ms()) or rec.fence != fence:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
