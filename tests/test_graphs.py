@@ -8,6 +8,7 @@ model; the store is the in-memory one. An "effect" is a line in :class:`Effects`
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated, Any
 
 import pytest
@@ -181,6 +182,11 @@ async def test_parallel_calls_that_succeeded_are_replayed_when_a_failed_sibling_
     def notify_customer(customer_id: str, message: str) -> str:
         """Notify a customer."""
         if effects.record("notify_customer") == 1:
+            # Fail once the sibling refunds are done (ToolNode runs the calls concurrently
+            # and stops waiting for the others when one raises).
+            deadline = time.monotonic() + 5
+            while effects.count("issue_refund") < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
             raise ConnectionError("smtp connection reset")
         return f"notified {customer_id}"
 
