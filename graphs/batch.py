@@ -222,6 +222,7 @@ def run_mode(
         procs = [start(slot) for slot in range(opts.workers)]
         deliveries = [1] * n
         twice = 0
+        next_note = 0.0
         for t in tickets:
             tasks.put((t.index, 1, 0))
             if chance(opts.seed, "duplicate", t.ticket_id) < rates.duplicate_delivery:
@@ -230,10 +231,16 @@ def run_mode(
         try:
             while True:
                 finished = sum(1 for s in shared.status[:] if s != PENDING)
-                if progress is not None:
+                if progress is not None and (finished == n or time.monotonic() >= next_note):
                     c = shared.totals()
-                    note = f"killed {c['worker_kill']} · retries {c['loop_retries']}"
+                    note = (
+                        f"paid twice {provider.ledger.duplicate_refunds()} · "
+                        f"workers killed {c['worker_kill']} · retries {c['loop_retries']}"
+                    )
                     progress.update(task_id, completed=finished, note=note)
+                    next_note = time.monotonic() + 0.5
+                elif progress is not None:
+                    progress.update(task_id, completed=finished)
                 if finished == n:
                     break
                 for slot, proc in enumerate(procs):
@@ -262,8 +269,8 @@ def run_mode(
                 if proc.exitcode is None:
                     proc.kill()
                     proc.join()
+            tasks.cancel_join_thread()  # every worker is gone: what is left is moot
             tasks.close()
-            tasks.join_thread()
         refunds = provider.ledger.refunds()
         notifications = provider.ledger.notifications()
         pstats = provider.stats()
@@ -378,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     console.print(render_table(results, title))
     for line in worst_customers(results):
-        console.print(line)
+        console.print(line, highlight=False)
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = opts.out / f"refund-batch-{stamp}.json"

@@ -134,6 +134,14 @@ class Ledger:
                 "UPDATE refunds SET response_lost = 1 WHERE refund_id = ?", (refund_id,)
             )
 
+    def duplicate_refunds(self) -> int:
+        """Refunds beyond the first for their invoice, so far."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT COUNT(*) - COUNT(DISTINCT invoice_id) FROM refunds"
+            ).fetchone()
+        return int(row[0])
+
     def invoice(self, invoice_id: str) -> JsonObject | None:
         with self._lock:
             row = self._conn.execute(
