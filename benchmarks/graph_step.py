@@ -52,9 +52,9 @@ def build_step(store: Any | None) -> tuple[Any, ToolCounter]:
     counter = ToolCounter()
     noop = _noop_tool(counter)
     if store is not None:
-        from langchain_idempotent import idempotent
+        from . import ours
 
-        noop = idempotent(noop, store=store)
+        noop = ours.wrap(noop, store)
     graph = StateGraph(StepState)
     graph.add_node("tools", ToolNode([noop]))
     graph.add_edge(START, "tools")

@@ -10,7 +10,14 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ["StoreKind", "engine_error", "make_engine", "make_store", "wrapper_error"]
+__all__ = [
+    "StoreKind",
+    "engine_error",
+    "make_engine",
+    "make_store",
+    "wrap",
+    "wrapper_error",
+]
 
 StoreKind = str  # "redis" | "sqlite" | "memory"
 
@@ -80,6 +87,11 @@ def make_store(kind: StoreKind, *, redis_url: str, workdir: str) -> Any:
     if kind == "sqlite":
         return cls(os.path.join(workdir, "bench.sqlite"))
     return cls()
+
+
+def wrap(tool: Any, store: Any) -> Any:
+    """``idempotent(tool, store=store)`` with the default policy."""
+    return _lib("idempotent")(tool, store=store)
 
 
 def make_engine(store: Any) -> Any:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import cProfile
 import io
 import itertools
+import os
 import pstats
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -99,4 +102,84 @@ def profile_ours(redis_url: str, workdir: str) -> str:
     )
     store.close()
     r.close()
+    out += _profile_tool(workdir)
+    out.append(_renewal_wakeups(workdir))
     return "\n".join(out)
+
+
+def _profile_tool(workdir: str) -> list[str]:
+    """One tool call as ToolNode makes it, unwrapped and wrapped (in-memory store)."""
+    if ours.wrapper_error() is not None or ours.engine_error("memory") is not None:
+        return ["tool invoke: wrapper not available"]
+    from .graph_step import ToolCounter, _noop_tool
+
+    inner = _noop_tool(ToolCounter())
+    wrapped = ours.wrap(inner, ours.make_store("memory", redis_url="", workdir=workdir))
+    threads = itertools.count()
+
+    def call(tool: Any) -> Callable[[int], object]:
+        def op(i: int) -> object:
+            tool_call = {
+                "name": "noop",
+                "args": {"order_id": "A-1", "amount": 140},
+                "id": "call_1",
+                "type": "tool_call",
+            }
+            config = {
+                "configurable": {"thread_id": f"t{next(threads)}"},
+                "metadata": {"langgraph_node": "tools", "langgraph_checkpoint_ns": "tools:x"},
+            }
+            return tool.invoke(tool_call, config)
+
+        return op
+
+    return [
+        _profile("tool.invoke, unwrapped (fresh thread)", call(inner)),
+        _profile("tool.invoke, wrapped, in-memory store (fresh thread)", call(wrapped)),
+    ]
+
+
+def _renewal_wakeups(workdir: str) -> str:
+    """How often a first run wakes the engine's renewal thread (a GIL hand-off each time).
+
+    Counted in a fresh interpreter: the answer depends on what the scheduler already holds.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = "from benchmarks.profile import count_wakeups; print(count_wakeups())"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"renewal wake-ups: not measured ({exc})"
+    return proc.stdout.strip() or f"renewal wake-ups: not measured ({proc.stderr[-300:]})"
+
+
+def count_wakeups() -> str:
+    """In this (fresh) process: renewal-thread notifies per 1000 in-memory first runs."""
+    workdir = ""
+    try:
+        from langchain_idempotent import heartbeat
+    except ImportError:
+        return "renewal wake-ups: heartbeat module not available"
+    scheduler: Any = getattr(heartbeat, "_scheduler", None)
+    if scheduler is None or not hasattr(scheduler, "_cond"):
+        return "renewal wake-ups: scheduler internals changed; not measured"
+    engine = ours.make_engine(ours.make_store("memory", redis_url="", workdir=workdir))
+    engine.run("warm", fingerprint="fp", action=lambda: 1)
+    cond = scheduler._cond
+    original = cond.notify
+    count = 0
+
+    def counting(n: int = 1) -> None:
+        nonlocal count
+        count += 1
+        original(n)
+
+    cond.notify = counting
+    try:
+        for i in range(1000):
+            engine.run(f"wake:{i}", fingerprint="fp", action=lambda: 1)
+    finally:
+        cond.notify = original
+    return f"=== renewal thread woken (Condition.notify) {count} times per 1000 first runs ==="
