@@ -16,8 +16,6 @@ An inner tool that *handles* its own error (``handle_tool_error``) returns an er
 ``ToolMessage``: that is returned as is and not memoized, so a retry runs again.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +32,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config, patch_config
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
 from .engine import Engine
 from .events import EventHook, IdempotencyEvent
@@ -97,6 +95,7 @@ class IdempotentTool(BaseTool):
     """The wrapped tool."""
     engine: Engine = Field(exclude=True)
     """The engine (store + policy) the calls go through."""
+    _runner: BaseTool = PrivateAttr()
 
     def __init__(self, inner: BaseTool, *, engine: Engine, **kwargs: Any) -> None:
         if isinstance(inner, IdempotentTool):
@@ -109,6 +108,8 @@ class IdempotentTool(BaseTool):
             # Arguments that fail the schema are rejected before the engine runs; report
             # them exactly as the inner tool would (its flag, its message).
             handle_validation_error=inner.handle_validation_error,
+            handle_tool_error=inner.handle_tool_error,
+            response_format=inner.response_format,
             verbose=inner.verbose,
             tags=inner.tags,
             metadata=inner.metadata,
@@ -116,6 +117,14 @@ class IdempotentTool(BaseTool):
             inner=inner,
             engine=engine,
             **kwargs,
+        )
+        # The inner tool runs with its error handling switched off: a ToolException then
+        # releases the key (a handled error must not be memoized) and this wrapper, which
+        # copied ``handle_tool_error``, turns it into the same answer the inner tool gives.
+        self._runner = (
+            inner.model_copy(update={"handle_tool_error": False})
+            if inner.handle_tool_error
+            else inner
         )
 
     # -- what the model and ToolNode see: exactly the inner tool ------------------------
@@ -210,7 +219,7 @@ class IdempotentTool(BaseTool):
         )
 
         def action() -> Any:
-            return _checked(self.inner.invoke(pending.tool_input, child))
+            return self._shape(self._runner.invoke(self._envelope(pending), child))
 
         try:
             result = self.engine.run(
@@ -243,7 +252,7 @@ class IdempotentTool(BaseTool):
         )
 
         async def action() -> Any:
-            return _checked(await self.inner.ainvoke(pending.tool_input, child))
+            return self._shape(await self._runner.ainvoke(self._envelope(pending), child))
 
         try:
             result = await self.engine.arun(
@@ -260,6 +269,31 @@ class IdempotentTool(BaseTool):
             for event in pending.events:
                 await _adispatch(event, child)
         return _restamp(result, pending) if pending.replayed else result
+
+    def _envelope(self, pending: _Pending) -> Any:
+        """What the inner tool is invoked with: the caller's input, or for an artifact tool
+        invoked with plain arguments a ToolCall, so the artifact is produced and stored."""
+        if (
+            pending.tool_call_id is None
+            and self.response_format == "content_and_artifact"
+            and isinstance(pending.tool_input, dict)
+        ):
+            call_id = "idempotency-" + pending.derived.key[:16]
+            return {
+                "name": self.name,
+                "args": pending.tool_input,
+                "id": call_id,
+                "type": "tool_call",
+            }
+        return pending.tool_input
+
+    def _shape(self, result: Any) -> Any:
+        """An artifact tool's ToolMessage is stored as ``(content, artifact)``, so a replay
+        gives every caller what BaseTool would (a message for a ToolCall, else the content)."""
+        result = _checked(result)
+        if self.response_format == "content_and_artifact" and isinstance(result, ToolMessage):
+            return (result.content, result.artifact)
+        return result
 
     def _take_pending(self) -> _Pending:
         pending = _pending.get()

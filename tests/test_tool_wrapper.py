@@ -269,22 +269,10 @@ async def test_content_and_artifact_comes_back_with_its_artifact_first_time_and_
     assert plain == search_orders.invoke({"customer_id": "C-1"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: response_format is not mirrored (the wrapper returns the inner tool's "
-    "formatted ToolMessage, so it must stay 'content'); code that inspects it, such as "
-    "langchain-tests' artifact check, sees 'content'",
-)
 def test_the_wrapper_reports_the_inner_response_format(store: InMemoryIdempotencyStore) -> None:
     assert idempotent(search_orders, store).response_format == "content_and_artifact"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation: the stored result has the shape of the first invocation; a "
-    "plain-dict invoke after a ToolCall invoke of the same key replays the ToolMessage "
-    "(with the first call's id), and the reverse loses the artifact",
-)
 def test_a_plain_invoke_after_a_tool_call_invoke_gets_what_the_inner_tool_returns(
     store: InMemoryIdempotencyStore,
 ) -> None:
@@ -364,12 +352,6 @@ def test_a_handled_tool_error_is_returned_not_memoized_and_a_retry_runs_again(
     assert effects.count() == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: invoked with plain arguments (no ToolCall), a tool with "
-    "handle_tool_error returns its error as a plain string, which the wrapper cannot tell "
-    "from a result, so the error is memoized",
-)
 def test_a_handled_tool_error_under_a_plain_invoke_is_not_memoized(
     store: InMemoryIdempotencyStore,
 ) -> None:
