@@ -22,7 +22,7 @@ other owner's lease) and claims again, until ``wait_timeout`` runs out.
 
 from __future__ import annotations
 
-import secrets
+import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -317,7 +317,8 @@ class Engine:
     ) -> _Call:
         if not isinstance(key, str) or not key:
             raise ValueError("the idempotency key must be a non-empty string")
-        return _Call(key, fingerprint, secrets.token_hex(12), tool, meta, observer)
+        # Owner tokens need uniqueness, not secrecy; random reseeds itself after fork().
+        return _Call(key, fingerprint, f"{random.getrandbits(96):024x}", tool, meta, observer)
 
     # -- sync driver ------------------------------------------------------------------
 

@@ -64,10 +64,13 @@ class _Scheduler:
         while True:
             with self._cond:
                 while True:
-                    while self._heap and self._heap[0][2].cancelled:
-                        heapq.heappop(self._heap)
+                    # Cancelled entries are dropped only when they fall due: the thread then
+                    # always has a finite wake-up time, so ``add`` (whose entry is due later
+                    # than everything already queued, in the common case) never wakes it.
                     if self._heap and self._heap[0][0] <= time.monotonic():
                         _, _, renewal = heapq.heappop(self._heap)
+                        if renewal.cancelled:
+                            continue
                         break
                     if self._heap:
                         self._sleeping_until = self._heap[0][0]
