@@ -40,6 +40,11 @@ class Renewal:
 
 class _Scheduler:
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh state; also run in a forked child, where another thread of the parent may
+        have held the lock at ``fork()`` (it would stay locked forever)."""
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Renewal]] = []
         self._seq = itertools.count()
@@ -90,6 +95,8 @@ class _Scheduler:
 
 
 _scheduler = _Scheduler()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_scheduler._reset)
 
 
 def schedule_renewal(every: float, renew: Callable[[], bool]) -> Renewal:
