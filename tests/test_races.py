@@ -40,10 +40,12 @@ from langchain_idempotent import (
     Engine,
     IdempotencyError,
     IdempotencyEvent,
+    InMemoryIdempotencyStore,
     InProgressError,
     Policy,
     get_idempotency_context,
 )
+from langchain_idempotent.heartbeat import schedule_renewal
 from langchain_idempotent.record import Claim, ClaimOutcome, State
 from langchain_idempotent.stores.redis import _CLAIM_SCRIPT
 
@@ -612,3 +614,43 @@ def test_waiters_get_the_result_within_milliseconds_of_the_completion(
     # 50 ms). Generous bounds: this machine is shared and noisy.
     assert p50 < (50 if spec.kind == "redis" else 100)
     assert worst < 2_000  # never the 30 s lease: a waiter is woken, not timed out
+
+
+# -- fork while other threads are mid-call -----------------------------------------------------
+
+
+def _one_call_in_a_forked_child(done: Any) -> None:
+    engine = Engine(InMemoryIdempotencyStore(), Policy(lease=30.0))
+    assert engine.run("child", fingerprint="fp", action=lambda: "ran") == "ran"
+    done.set()
+
+
+@pytest.mark.timeout(120)
+def test_a_process_forked_while_other_threads_run_calls_can_run_calls_itself() -> None:
+    # Every call schedules its lease renewal on a process-wide scheduler (what the parent's
+    # threads do below, as fast as they can); a child forked while one of them held the
+    # scheduler's lock must not inherit it locked.
+    stop = threading.Event()
+
+    def churn(t: int) -> None:
+        while not stop.is_set():
+            schedule_renewal(0.001, lambda: True).cancel()
+
+    threads = [threading.Thread(target=churn, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    hung = 0
+    try:
+        for _ in range(20):
+            done = FORK.Event()
+            child = FORK.Process(target=_one_call_in_a_forked_child, args=(done,))
+            child.start()
+            if not done.wait(3):
+                hung += 1
+            child.kill()
+            child.join()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert hung == 0, f"{hung} of 20 forked children hung on their first call"
