@@ -19,11 +19,13 @@ import importlib
 import logging
 import os
 import random
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import certifi
 import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
@@ -50,6 +52,11 @@ if TYPE_CHECKING:
     from multiprocessing.queues import Queue
 
 __all__ = ["build_worker_agent", "run_ticket", "worker_main"]
+
+#: Built once, in the fork server that preloads this module, and inherited by every worker:
+#: loading the CA bundle costs ~0.2 s of CPU per ``httpx.Client``, and a batch starts a
+#: worker for every one that a fault kills.
+_TLS = ssl.create_default_context(cafile=certifi.where())
 
 _EVENT_COUNTERS = {
     "replay": "replayed",
@@ -119,7 +126,7 @@ def build_worker_agent(
             count(_EVENT_COUNTERS[kind])
 
     kill = _KillSwitch(shared, slot)
-    http = httpx.Client(base_url=cfg.provider_url, timeout=DEFAULT_TIMEOUT)
+    http = httpx.Client(base_url=cfg.provider_url, timeout=DEFAULT_TIMEOUT, verify=_TLS)
     store: BaseIdempotencyStore | None = None
     protect: Callable[[list[BaseTool]], list[BaseTool]] | None = None
     idempotency: dict[str, Any] = {}
