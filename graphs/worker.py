@@ -6,11 +6,9 @@ with exponential backoff and jitter, and every attempt *resumes the ticket's thr
 the checkpointer — so a ticket that another worker started, or that a dead worker left
 half done, continues where it stopped.
 
-Workers share three arrays with the parent, written without locks because each slot has
-one writer: per-ticket status, the ticket each worker slot is on, and per-slot counters.
-A worker that dies mid-ticket leaves its slot pointing at the ticket, and the parent
-re-queues it. Counters are written to shared memory at once, so a killed worker's counts
-survive it.
+A worker reports only through the shared arrays of :mod:`graphs.jobs`: it marks the ticket
+it is on, counts events as they happen, and marks the ticket done. If it dies mid-ticket,
+its slot still names the ticket, and the parent re-queues it for another worker.
 """
 
 from __future__ import annotations
@@ -181,6 +179,8 @@ def run_ticket(
             if state.values.get("messages") and not state.next:
                 return True  # finished, e.g. by a concurrent delivery of the same ticket
             inputs = None if state.next else MessagesState(messages=[HumanMessage(ticket.text)])
+            # "sync": each step's checkpoint is written before the next step starts, so a
+            # worker killed inside a tool leaves the thread with that tool step pending.
             agent.invoke(inputs, config, durability="sync")
             return True
         except Exception as exc:  # the loop retries anything; that is its whole job
@@ -194,9 +194,8 @@ def run_ticket(
 def worker_main(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared) -> None:
     """Process entry point: take ``(ticket index, delivery, copy)`` until ``None``."""
     if cfg.verbose:
-        logging.basicConfig(
-            level=logging.INFO, format=f"%(asctime)s worker-{slot} %(name)s %(message)s"
-        )
+        logging.basicConfig(format=f"%(asctime)s worker-{slot} %(name)s %(message)s")
+        logging.getLogger("langchain_idempotent").setLevel(logging.INFO)
     else:  # the events are counted in the report; keep the progress bar readable
         logging.getLogger("langchain_idempotent").setLevel(logging.ERROR)
     agent, kill = build_worker_agent(cfg, shared, slot)
