@@ -543,7 +543,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
             check_same_thread=False,  # pooled: used by one thread at a time, closed by any
         )
         try:
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _switch_to_wal(db, self._busy_timeout)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             if not self._schema_ready:
                 self._ensure_schema(db, key)
@@ -689,6 +689,22 @@ def _restore(
         poll_interval=poll_interval,
         clock=clock,
     )
+
+
+def _switch_to_wal(db: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL``, retried for up to ``timeout`` seconds: while another
+    connection switches a new file to WAL, SQLite answers "database is locked" at once,
+    without waiting in the busy handler. Returns the journal mode in effect."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            return str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _wakeup_for(path: str, table: str) -> Wakeup:
