@@ -48,6 +48,7 @@ from langchain_idempotent import (
 from langchain_idempotent.heartbeat import schedule_renewal
 from langchain_idempotent.record import Claim, ClaimOutcome, State
 from langchain_idempotent.stores.redis import _CLAIM_SCRIPT
+from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 
 FORK = mp.get_context("fork")
 PROCESSES = 8
@@ -654,3 +655,33 @@ def test_a_process_forked_while_other_threads_run_calls_can_run_calls_itself() -
         for t in threads:
             t.join()
     assert hung == 0, f"{hung} of 20 forked children hung on their first call"
+
+
+# -- first use of a fresh SQLite file ---------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_threads_opening_a_fresh_sqlite_file_at_once_all_get_through(tmp_path: Path) -> None:
+    # The first connections to a new file all switch it to WAL; SQLite answers a
+    # concurrent switch with "database is locked" at once, without waiting busy_timeout.
+    failures: list[BaseException] = []
+    for trial in range(40):
+        store = SqliteIdempotencyStore(tmp_path / f"fresh-{trial}.sqlite")
+        barrier = threading.Barrier(16)
+
+        def first_call(
+            i: int, store: SqliteIdempotencyStore = store, barrier: threading.Barrier = barrier
+        ) -> None:
+            barrier.wait(10)
+            try:
+                store.claim(f"k{i}", owner=f"o{i}", fingerprint="fp", lease_ms=1000, ttl_ms=10_000)
+            except IdempotencyError as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=first_call, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        store.close()
+    assert failures == []
