@@ -99,6 +99,12 @@ CREATE INDEX IF NOT EXISTS effects_key ON effects (idempotency_key);
 """
 
 
+#: Every connection a :class:`Ledger` opened, kept referenced for good: a forked child must
+#: never close, or even free, a SQLite connection it inherited (freeing one closes it, which
+#: SQLite forbids after fork() and which deadlocks on locks held by the parent's threads).
+_CONNECTIONS: list[sqlite3.Connection] = []
+
+
 @dataclass(frozen=True)
 class LedgerReply:
     #: ``"applied"``, ``"duplicate"`` (the key was applied before: its stored value is
@@ -117,8 +123,7 @@ class Ledger:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self._local = threading.local()
-        with contextlib.closing(self._open()) as db:
-            db.executescript(_LEDGER_SCHEMA)
+        self._db().executescript(_LEDGER_SCHEMA)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path}
@@ -129,6 +134,7 @@ class Ledger:
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        _CONNECTIONS.append(db)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         return db

@@ -1,7 +1,7 @@
 """Options, markers and fixtures of the fault campaign.
 
 - ``--campaign``: run the long versions (more keys, more calls) and the scenarios marked
-  ``@pytest.mark.campaign`` (skipped otherwise), and write the figures table to
+  ``@pytest.mark.campaign`` (deselected otherwise), and write the figures table to
   ``--fault-report`` (default ``tests/faults/RESULTS.md``). Only recognised when pytest is
   pointed at this directory (``pytest tests/faults --campaign``) or run as
   ``python -m tests.faults``; ``IDEMPOTENCY_FAULT_CAMPAIGN=1`` does the same from anywhere.
@@ -53,12 +53,13 @@ def campaign_enabled(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the campaign-only scenarios unless the campaign runs."""
     if campaign_enabled(config):
         return
-    skip = pytest.mark.skip(reason="campaign only: python -m tests.faults")
-    for item in items:
-        if item.get_closest_marker("campaign") is not None:
-            item.add_marker(skip)
+    campaign_only = [i for i in items if i.get_closest_marker("campaign") is not None]
+    if campaign_only:
+        config.hook.pytest_deselected(items=campaign_only)
+        items[:] = [i for i in items if i.get_closest_marker("campaign") is None]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

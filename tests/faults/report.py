@@ -59,7 +59,10 @@ class Figures:
             notes=list(notes or []),
         )
         if reruns:
-            figures.notes.insert(0, f"tool re-ran {reruns}x (downstream deduplicated by key)")
+            deduped = reruns - figures.duplicates
+            figures.notes.insert(
+                0, f"tool re-ran {reruns}x ({deduped} deduplicated downstream by key)"
+            )
         return figures
 
     def row(self) -> str:
@@ -86,4 +89,6 @@ HEADER = (
 
 
 def markdown_table(rows: list[Figures]) -> str:
-    return "\n".join([HEADER, *(f.row() for f in rows)])
+    """The table, ordered by scenario (rows are titled ``"<number>. <what>"``)."""
+    ordered = sorted(rows, key=lambda f: f.scenario)
+    return "\n".join([HEADER, *(f.row() for f in ordered)])

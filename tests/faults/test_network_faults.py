@@ -78,7 +78,7 @@ def claims_seen(engine: Engine) -> list[ClaimOutcome]:
         outcomes.append(answer.outcome)
         return answer
 
-    engine.store.claim = observed  # type: ignore[method-assign]
+    engine.store.claim = observed  # type: ignore[method-assign, assignment]
     return outcomes
 
 

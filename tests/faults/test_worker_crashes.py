@@ -16,9 +16,11 @@ worker is a forked process with a 1 s lease.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ from redis_servers import redis_server_available
 
 from langchain_idempotent import Engine, InProgressError, Policy, StoreUnavailableError
 from langchain_idempotent.record import State
+from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 
 from .report import Figures
 from .workload import StaleFence, call_until_answered, refund
@@ -66,6 +69,19 @@ def engine_for(spec: StoreSpec, **policy: Any) -> Engine:
     return Engine(spec.open(), Policy(**policy))
 
 
+def refund_pausing(
+    ledger: Ledger, key: str, phase: str, hook: Callable[[], None]
+) -> Callable[[], str]:
+    """The refund tool with ``hook`` run ``before``, ``during`` or ``after`` its effect."""
+    return refund(
+        ledger,
+        key,
+        before=hook if phase == "before" else None,
+        during=hook if phase == "during" else None,
+        after=hook if phase == "after" else None,
+    )
+
+
 # -- 1. killed ----------------------------------------------------------------------------
 
 PHASES = ("before", "during", "after")
@@ -79,7 +95,7 @@ def _doomed(spec: StoreSpec, ledger: Ledger, key: str, phase: str, at_point: Any
         at_point.set()
         time.sleep(3600)
 
-    engine.run(key, fingerprint="fp", action=refund(ledger, key, **{phase: hang}))
+    engine.run(key, fingerprint="fp", action=refund_pausing(ledger, key, phase, hang))
 
 
 def test_a_worker_killed_before_during_or_after_the_effect_is_taken_over_once(
@@ -176,8 +192,12 @@ def _sleeper(
     spec: StoreSpec, ledger: Ledger, key: str, phase: str, at_point: Any, first_done: Any
 ) -> None:
     """Run ``key`` and stop this whole process (SIGSTOP) ``phase`` the side effect."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent asks when stuck
     kinds: list[str] = []
-    engine = engine_for(spec)
+    # Its first renewal is due 0.9 s after the claim, well after it pauses: on SQLite a
+    # process stopped *inside* a renewal's write transaction would hold the file's write
+    # lock and block everyone (that case is its own scenario below).
+    engine = engine_for(spec, renew_fraction=0.9)
     engine.on_event = lambda e: kinds.append(e.kind)
     tally = Tally()
 
@@ -187,7 +207,7 @@ def _sleeper(
 
     try:
         tally.ok(
-            key, engine.run(key, fingerprint="fp", action=refund(ledger, key, **{phase: pause}))
+            key, engine.run(key, fingerprint="fp", action=refund_pausing(ledger, key, phase, pause))
         )
     except StaleFence as exc:  # the downstream refused our (older) fence
         tally.error(key, exc)
@@ -233,7 +253,10 @@ def test_a_worker_paused_past_its_lease_changes_nothing_when_it_resumes(
         proc.start()
         assert proc.pid is not None
         try:
-            assert at_point.wait(30)
+            if not at_point.wait(30):
+                os.kill(proc.pid, signal.SIGUSR1)  # its stacks go to stderr
+                time.sleep(1)
+                raise AssertionError(f"worker for {key} never reached its pause point")
             wait_stopped(proc.pid)
             time.sleep(LEASE + 0.3)  # its lease (renewed every lease/3 until the stop) ends
             in_hook = threading.Event()
@@ -294,3 +317,57 @@ def test_a_worker_paused_past_its_lease_changes_nothing_when_it_resumes(
     )
     record(figures)
     assert figures.divergent == 0 and figures.duplicates == 0
+
+
+def _holds_the_write_lock(path: str, locked: Any) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    locked.set()
+    os.kill(os.getpid(), signal.SIGSTOP)  # paused inside a write transaction
+    db.execute("ROLLBACK")
+
+
+def test_on_sqlite_a_worker_paused_inside_a_write_blocks_others_who_fail_closed(
+    tmp_path: Path, ledger: Ledger, record: Callable[[Figures], None]
+) -> None:
+    path = str(tmp_path / "idem.sqlite")
+    store = SqliteIdempotencyStore(path, busy_timeout=1.0)
+    engine = Engine(store, Policy(lease=LEASE))
+    assert engine.run("warm-up", fingerprint="fp", action=lambda: "creates the schema")
+    locked = FORK.Event()
+    holder = FORK.Process(target=_holds_the_write_lock, args=(path, locked))
+    holder.start()
+    assert holder.pid is not None
+    tally = Tally()
+    try:
+        assert locked.wait(30)
+        wait_stopped(holder.pid)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as raised:
+            engine.run("blocked", fingerprint="fp", action=refund(ledger, "blocked"))
+        waited = time.monotonic() - started
+        tally.error("blocked", raised.value)
+        assert ledger.executions() == {}  # fail closed: the tool did not run
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(30)
+        assert holder.exitcode == 0
+        tally.ok(
+            "blocked", engine.run("blocked", fingerprint="fp", action=refund(ledger, "blocked"))
+        )
+    finally:
+        if holder.is_alive():
+            kill_hard(holder.pid)
+        holder.join(5)
+    ledger.calls(tally.rows)
+    assert 0.9 < waited < 5.0
+    record(
+        Figures.from_ledger(
+            "2. SQLite: a worker SIGSTOPped inside a write transaction",
+            "1 process paused holding the file's write lock",
+            ledger,
+            notes=[
+                f"every other process waited busy_timeout ({waited:.1f}s of 1 s) and failed "
+                "closed; a paused process blocks all writers on that file until it resumes"
+            ],
+        )
+    )
