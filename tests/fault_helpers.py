@@ -423,8 +423,9 @@ class FaultProxy:
             except OSError:
                 _reset(client)
                 return
-            client.setblocking(False)
-            upstream.setblocking(False)
+            for s in (client, upstream):  # as Redis does: no Nagle delay on small replies
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                s.setblocking(False)
             pair = _Pair(client, upstream, hold_request=self.blackhole)
             with self._lock:
                 self._pairs[client] = pair
