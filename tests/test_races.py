@@ -264,8 +264,14 @@ def _paused_owner(
     """Runs ``key`` with a 1 s lease; the parent SIGSTOPs it inside the action."""
     store = spec.open()
     kinds: list[str] = []
+    # First renewal 0.9 s after the claim, well after the parent pauses it: on SQLite a
+    # process stopped *inside* a renewal's write transaction would hold the file's write lock
+    # and block the new owner (tests/faults covers that case). After SIGCONT the overdue
+    # renewal runs at once, and fails.
     engine = Engine(
-        store, Policy(lease=LEASE, wait_timeout=30.0), on_event=lambda e: kinds.append(e.kind)
+        store,
+        Policy(lease=LEASE, wait_timeout=30.0, renew_fraction=0.9),
+        on_event=lambda e: kinds.append(e.kind),
     )
     seen: dict[str, Any] = {}
 
@@ -306,8 +312,8 @@ class PausedOwner:
         assert self.proc.pid is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
         wait_stopped(self.proc.pid)
-        # The last renewal was at most lease/3 before the stop, so the lease is over by
-        # one lease after it; wait a little longer.
+        # The claim (or its last renewal) was before the stop, so the lease is over one
+        # lease after it; wait a little longer.
         time.sleep(LEASE + 0.2)
 
     def resume(self) -> None:
