@@ -11,6 +11,8 @@ really ran and what every caller really got:
 - A claim repeated by the same owner after its reply was lost is recognised (``OWNED``).
 - Fences strictly increase, across processes, releases and takeovers.
 - Waiters get the result within milliseconds of the completion (latency distribution).
+- A process forked while other threads are mid-call can run calls (no inherited lock), and
+  threads racing on a fresh SQLite file all get through its switch to WAL.
 
 Worker processes are forked; each opens its own store from a :class:`StoreSpec`.
 """
