@@ -145,7 +145,7 @@ class Engine:
         while True:
             try:
                 claim: Claim = yield _CLAIM
-            except (StoreUnavailableError, IdempotencyError) as exc:
+            except IdempotencyError as exc:  # unreachable store or an unreadable record
                 self._emit(call, "store_error", detail={"op": "claim", "error": str(exc)})
                 if policy.fail_open and isinstance(exc, StoreUnavailableError):
                     self._emit(call, "fail_open")
