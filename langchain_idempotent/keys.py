@@ -254,6 +254,11 @@ def _turn_id(config: RunnableConfig) -> str | None:
         messages = read("messages", False)
     except Exception:
         return None
+    return turn_from_messages(messages)
+
+
+def turn_from_messages(messages: Any) -> str | None:
+    """The id of the last human message (``#n`` if it has none), or ``None`` if there is none."""
     count = 0
     last: str | None = None
     for message in messages or ():

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from .engine import Engine
 from .events import EventHook
-from .keys import TURN_CONFIG_KEY, call_info, derive_key
+from .keys import TURN_CONFIG_KEY, call_info, derive_key, turn_from_messages
 from .policy import Policy
 from .stores.base import BaseIdempotencyStore
 from .tool import _checked, _HandledToolError, _Pending, _restamp
@@ -136,11 +136,4 @@ def _turn_from_state(state: Any) -> str | None:
     messages = (
         state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
     )
-    last, count = None, 0
-    for message in messages or ():
-        if getattr(message, "type", None) == "human":
-            count += 1
-            last = getattr(message, "id", None)
-    if count == 0:
-        return None
-    return last or f"#{count}"
+    return turn_from_messages(messages)
