@@ -131,17 +131,19 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             rec = self._read(key, now)
             return rec is None or not rec.lease_live(now) or rec.fence != fence
 
-    def watch(self, key: str, *, fence: int, timeout: float) -> None:
+    def _until_lease_end(self, key: str, timeout: float) -> float:
+        """Never sleep past the lease: an expired lease is a change nobody announces."""
         rec = self.get(key)
-        # Never sleep past the lease: an expired lease is a change nobody announces.
         if rec is not None and rec.state is State.RUNNING:
-            timeout = min(timeout, max(0.0, (rec.lease_until - self._now()) / 1000) + 0.001)
+            return min(timeout, max(0.0, (rec.lease_until - self._now()) / 1000) + 0.001)
+        return timeout
+
+    def watch(self, key: str, *, fence: int, timeout: float) -> None:
+        timeout = self._until_lease_end(key, timeout)
         self._wakeup.wait(key, lambda: self._changed(key, fence), timeout)
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
-        rec = self.get(key)
-        if rec is not None and rec.state is State.RUNNING:
-            timeout = min(timeout, max(0.0, (rec.lease_until - self._now()) / 1000) + 0.001)
+        timeout = self._until_lease_end(key, timeout)
 
         async def changed() -> bool:
             return self._changed(key, fence)
