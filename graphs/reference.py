@@ -48,6 +48,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict
 
+from langchain_idempotent.stores.sqlite import switch_to_wal
+
 __all__ = [
     "RedisKV",
     "ReferenceIdempotency",
@@ -77,8 +79,8 @@ class SqliteKV:
         self._conn = sqlite3.connect(
             str(path), check_same_thread=False, isolation_level=None, timeout=30.0
         )
+        switch_to_wal(self._conn, timeout=30.0)  # workers open a fresh file at once
         self._conn.executescript(
-            "PRAGMA journal_mode=WAL;"
             "CREATE TABLE IF NOT EXISTS kv "
             "(key TEXT PRIMARY KEY, value TEXT NOT NULL, expires_at REAL);"
         )

@@ -33,6 +33,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langchain_idempotent import BaseIdempotencyStore, idempotent
+from langchain_idempotent.stores.sqlite import switch_to_wal
 
 from .fake_model import ScriptedRefundModel
 from .tools import DEFAULT_TIMEOUT, ProviderError, make_tools
@@ -55,7 +56,7 @@ If a tool call fails, call it again with the same arguments. Make one call at a 
 def sqlite_checkpointer(path: str | Path = ":memory:") -> SqliteSaver:
     """A :class:`SqliteSaver` on ``path``, usable from several threads and processes."""
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
-    conn.execute("PRAGMA journal_mode=WAL")
+    switch_to_wal(conn, timeout=30.0)  # workers open a fresh file at once
     conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
     saver.setup()

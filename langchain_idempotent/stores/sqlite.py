@@ -543,7 +543,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
             check_same_thread=False,  # pooled: used by one thread at a time, closed by any
         )
         try:
-            mode = _switch_to_wal(db, self._busy_timeout)
+            mode = switch_to_wal(db, self._busy_timeout)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             if not self._schema_ready:
                 self._ensure_schema(db, key)
@@ -691,7 +691,7 @@ def _restore(
     )
 
 
-def _switch_to_wal(db: sqlite3.Connection, timeout: float) -> str:
+def switch_to_wal(db: sqlite3.Connection, timeout: float) -> str:
     """``PRAGMA journal_mode = WAL``, retried for up to ``timeout`` seconds: while another
     connection switches a new file to WAL, SQLite answers "database is locked" at once,
     without waiting in the busy handler. Returns the journal mode in effect."""
