@@ -15,6 +15,9 @@ variable                        meaning
 ``IDEMPOTENCY_FAIL_OPEN``       ``true`` to run tools when the store is down (default false)
 ``IDEMPOTENCY_MAX_RESULT_BYTES``  default 1048576
 ``IDEMPOTENCY_REDIS_PREFIX``    key prefix in Redis (default ``idem:``)
+``IDEMPOTENCY_REDIS_REPLICAS``  replicas that must acknowledge each claim and completion
+                                (``WAIT``; default 0: none)
+``IDEMPOTENCY_REDIS_REPLICA_TIMEOUT``  seconds to wait for them (default 0.1)
 ==============================  =========================================================
 
 Arguments given in code win over the environment.
@@ -43,6 +46,8 @@ class IdempotencySettings(BaseSettings):
     )
     sqlite_path: str | None = None
     redis_prefix: str = "idem:"
+    redis_replicas: int = Field(default=0, ge=0)
+    redis_replica_timeout: float = Field(default=0.1, gt=0)
     namespace: str = "default"
     lease: float = Field(default=30.0, gt=0)
     ttl: float = Field(default=86400.0, gt=0)
@@ -65,7 +70,12 @@ class IdempotencySettings(BaseSettings):
     def store(self) -> BaseIdempotencyStore:
         url = self.store_url or self.redis_url
         if url:
-            return store_from_url(url, redis_prefix=self.redis_prefix)
+            return store_from_url(
+                url,
+                redis_prefix=self.redis_prefix,
+                redis_replicas=self.redis_replicas,
+                redis_replica_timeout=self.redis_replica_timeout,
+            )
         if self.sqlite_path:
             from .stores.sqlite import SqliteIdempotencyStore
 
@@ -77,14 +87,25 @@ class IdempotencySettings(BaseSettings):
         )
 
 
-def store_from_url(url: str, *, redis_prefix: str = "idem:") -> BaseIdempotencyStore:
+def store_from_url(
+    url: str,
+    *,
+    redis_prefix: str = "idem:",
+    redis_replicas: int = 0,
+    redis_replica_timeout: float = 0.1,
+) -> BaseIdempotencyStore:
     """A store for ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
-    ``sqlite:///…`` or ``memory://``."""
+    ``sqlite:///…`` or ``memory://``. The ``redis_*`` options apply to Redis only."""
     scheme = url.split(":", 1)[0].lower()
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .stores.redis import RedisIdempotencyStore
 
-        return RedisIdempotencyStore.from_url(url, prefix=redis_prefix)
+        return RedisIdempotencyStore.from_url(
+            url,
+            prefix=redis_prefix,
+            replicas=redis_replicas,
+            replica_timeout=redis_replica_timeout,
+        )
     if scheme == "sqlite":
         from .stores.sqlite import SqliteIdempotencyStore
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.tools import tool
@@ -73,6 +74,22 @@ def test_redis_url_is_read_from_either_variable(monkeypatch: pytest.MonkeyPatch)
     assert IdempotencySettings().redis_url == "redis://127.0.0.1:1/0"
     monkeypatch.setenv("IDEMPOTENCY_REDIS_URL", "redis://127.0.0.1:2/0")
     assert IdempotencySettings().redis_url == "redis://127.0.0.1:2/0"
+
+
+def test_replica_acknowledgement_is_configured_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("IDEMPOTENCY_STORE_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("IDEMPOTENCY_REDIS_REPLICAS", "2")
+    monkeypatch.setenv("IDEMPOTENCY_REDIS_REPLICA_TIMEOUT", "0.25")
+    store: Any = IdempotencySettings().store()  # constructing must not connect
+    assert store._durability.wait == ("WAIT", 2, 250)
+    monkeypatch.setenv("IDEMPOTENCY_STORE_URL", "redis+cluster://127.0.0.1:1")
+    with pytest.raises(ValueError, match="not supported on a Redis Cluster"):
+        IdempotencySettings().store()
+    monkeypatch.setenv("IDEMPOTENCY_REDIS_REPLICAS", "-1")
+    with pytest.raises(ValueError, match="redis_replicas"):
+        IdempotencySettings()
 
 
 def test_no_store_configured_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -438,7 +438,7 @@ def test_constructing_a_store_never_connects() -> None:
 # -- construction -------------------------------------------------------------------------
 
 
-def test_from_url_sets_timeouts_retries_and_health_checks_that_redis_py_leaves_unset(
+def test_from_url_sets_timeouts_whole_operation_retries_and_health_checks(
     redis_server: RedisServer,
 ) -> None:
     store = RedisIdempotencyStore.from_url(
@@ -452,7 +452,10 @@ def test_from_url_sets_timeouts_retries_and_health_checks_that_redis_py_leaves_u
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (1.5, 0.5)
     assert kwargs["health_check_interval"] == 10
-    assert kwargs["retry"].get_retries() == 4
+    # Each connection makes one attempt (redis-py would otherwise retry the connect inside
+    # every command retry); the store retries the whole operation 4 times.
+    assert kwargs["retry"].get_retries() == 0
+    assert store._attempts is not None and store._attempts.get_retries() == 4
     assert isinstance(client, redis.Redis)
     store.close()
 
@@ -463,7 +466,8 @@ async def test_from_url_builds_one_async_client_per_event_loop(redis_server: Red
     assert client is store._async()
     kwargs = client.connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == 1.5
-    assert kwargs["retry"].get_retries() == 2
+    assert kwargs["retry"].get_retries() == 0
+    assert store._aattempts is not None and store._aattempts.get_retries() == 2
 
     def in_another_loop() -> object:
         async def go() -> object:

@@ -37,12 +37,15 @@ Spec:
   records with a warning; ``delete`` removes them.
 - **Connections.** Constructing a store never connects. :meth:`RedisIdempotencyStore.from_url`
   and :meth:`~RedisIdempotencyStore.from_sentinel` build a sync and an async client lazily
-  with explicit socket timeouts, a ``Retry(ExponentialBackoff)`` on connection errors and
-  timeouts, and a health-check interval (redis-py's own ``from_url`` sets none of these).
-  A refused connection fails within milliseconds, a hung server after about
-  ``(retries + 1) * socket_timeout``, a host that drops packets after at most
-  ``(retries + 1) ** 2 * socket_connect_timeout`` (redis-py retries inside ``connect`` as
-  well). The async client is built once per event loop.
+  with explicit socket timeouts and a health-check interval (redis-py's own ``from_url``
+  sets neither). Their connections make one attempt each; the store retries a whole
+  operation (reconnect, handshake, command) ``retries`` times with exponential backoff on
+  connection errors and timeouts, so a refused connection fails within milliseconds, and a
+  hung server or a host that drops packets after about ``(retries + 1) * (socket_timeout
+  + socket_connect_timeout)`` at most. (redis-py's own ``Retry`` would also retry the
+  connect inside every command retry: ``(retries + 1) ** 2`` timeouts.) A Cluster client
+  keeps redis-py's retries, which re-learn the slot map after a failover. The async client
+  is built once per event loop.
   Clients passed in are used as they are (their timeouts and retries apply) and are never
   closed by the store.
 - **Fast path.** With a sync standalone or Sentinel ``redis.Redis`` (not a single-connection
@@ -61,7 +64,15 @@ Spec:
   asked again.
 - **Durability.** What Redis persists is what survives: without AOF (``appendfsync``) and
   replication acknowledgement, a restart or failover can lose recent records, and the tool
-  can run again (with the same key handed downstream).
+  can run again (with the same key handed downstream). With ``replicas=N`` (standalone or
+  Sentinel; refused on a Cluster client, where redis-py cannot send ``WAIT`` on the
+  connection that wrote) every claim and completion script is followed, pipelined on the
+  same connection, by ``WAIT N replica_timeout``. A claim fewer than ``N`` replicas
+  acknowledged is released and raises ``StoreUnavailableError`` — the tool does not run;
+  a completion fewer than ``N`` acknowledged stays stored on the master and raises it (the
+  engine reports it as a ``store_error`` event and still returns the result). A replica
+  that acknowledged holds the record if it is promoted; Redis does not promise which
+  replica a failover promotes, so ``N`` should be all the replicas that can be promoted.
 """
 
 from __future__ import annotations
@@ -69,6 +80,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import codecs
+import contextlib
 import copy
 import hashlib
 import logging
@@ -76,10 +88,10 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import redis
 import redis.asyncio
@@ -122,6 +134,9 @@ _VERSION = str(FORMAT_VERSION)
 _STATES = {s.value.encode(): s for s in State}
 _OUTCOMES = {o.value.encode(): o for o in ClaimOutcome}
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
+_WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
+_T = TypeVar("_T")
 
 
 # -- Lua ---------------------------------------------------------------------------------
@@ -341,6 +356,53 @@ _PROBE_SCRIPT = _Script.of(_PROBE)
 _DELETE_SCRIPT = _Script.of(_DELETE)
 
 
+@dataclass(frozen=True, slots=True)
+class _Durability:
+    """How many replicas must acknowledge a claim or a completion (``WAIT``), and how long
+    to wait for them. ``replicas == 0``: no ``WAIT`` at all."""
+
+    replicas: int
+    timeout_ms: int
+
+    @property
+    def wait(self) -> tuple[Any, ...] | None:
+        return ("WAIT", self.replicas, self.timeout_ms) if self.replicas else None
+
+    def short(self, acks: int | None) -> bool:
+        return acks is not None and acks < self.replicas
+
+    def error(self, what: str, key: str, acks: int | None) -> StoreUnavailableError:
+        after = (
+            "the claim was released and the tool was not run"
+            if what == "claim"
+            else "the result is stored on the master, but a failover now could lose it"
+        )
+        return StoreUnavailableError(
+            f"Redis acknowledged the {what} of idempotency key {key!r} on {acks} of the "
+            f"{self.replicas} replica(s) required (replicas={self.replicas}) within "
+            f"{self.timeout_ms} ms; {after}",
+            key=key,
+        )
+
+    @classmethod
+    def of(cls, replicas: int, timeout: float | timedelta, *, cluster: bool) -> _Durability:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ValueError(f"replicas must be an int >= 0, got {replicas!r}")
+        timeout_ms = round(_seconds(timeout) * 1000)
+        if timeout_ms < 1:
+            raise ValueError(
+                f"replica_timeout must be at least 1 ms (WAIT 0 would block forever), "
+                f"got {timeout!r}"
+            )
+        if replicas and cluster:
+            raise ValueError(
+                "replicas= (WAIT after each claim and completion) is not supported on a "
+                "Redis Cluster client: redis-py cannot send WAIT on the connection that "
+                "wrote the record; use a standalone or Sentinel-managed Redis, or AOF"
+            )
+        return cls(replicas, timeout_ms)
+
+
 # -- the store ---------------------------------------------------------------------------
 
 
@@ -351,7 +413,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     ``master_for`` client), an ``async_client`` (their ``redis.asyncio`` twins), or both;
     or build both lazily with :meth:`from_url` / :meth:`from_sentinel`. A store given only
     one of them raises :class:`TypeError` on the other path. ``prefix`` starts every key
-    this store writes (no braces: they would change the Cluster hash tag).
+    this store writes (no braces: they would change the Cluster hash tag). ``replicas``
+    and ``replica_timeout``: see "Durability" in the module docstring.
     """
 
     def __init__(
@@ -360,6 +423,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         *,
         async_client: AsyncClient | None = None,
         prefix: str = "idem:",
+        replicas: int = 0,
+        replica_timeout: float | timedelta = 0.1,
     ) -> None:
         if client is None and async_client is None:
             raise TypeError(
@@ -367,16 +432,26 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                 "async_client=redis.asyncio.Redis(...); or use "
                 "RedisIdempotencyStore.from_url(url)"
             )
-        self._setup(prefix, sync_client=client, async_client=async_client)
+        cluster = isinstance(client, redis.RedisCluster) or isinstance(
+            async_client, redis.asyncio.RedisCluster
+        )
+        self._setup(
+            prefix,
+            _Durability.of(replicas, replica_timeout, cluster=cluster),
+            sync_client=client,
+            async_client=async_client,
+        )
 
     def _setup(
         self,
         prefix: str,
+        durability: _Durability,
         *,
         sync_client: SyncClient | None = None,
         async_client: AsyncClient | None = None,
         sync_factory: Callable[[], SyncClient] | None = None,
         async_factory: Callable[[], AsyncClient] | None = None,
+        retries: int | None = None,
     ) -> None:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix must not contain braces (Cluster hash tags): {prefix!r}")
@@ -392,6 +467,10 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         self._fast: _ConnectionPerThread | None = None
         self._sync_ready = False
         self._policy_checked = False
+        self._durability = durability
+        # Whole operations retried by the store (clients it built make one attempt each).
+        self._attempts = None if retries is None else _retry(retries)
+        self._aattempts = None if retries is None else _async_retry(retries)
 
     # -- construction -------------------------------------------------------------------
 
@@ -407,6 +486,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         retries: int = 3,
         health_check_interval: float | timedelta = 30,
         max_connections: int | None = None,
+        replicas: int = 0,
+        replica_timeout: float | timedelta = 0.1,
         **client_kwargs: Any,
     ) -> RedisIdempotencyStore:
         """A store on ``url``, with a sync and an async client built on first use.
@@ -414,10 +495,14 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         Schemes: ``redis://``, ``rediss://`` (TLS), ``unix://``, and ``redis+cluster://`` /
         ``rediss+cluster://`` for a Redis Cluster (or pass ``cluster=True`` with a plain
         scheme; the URL names any one node). ``socket_timeout`` bounds every read,
-        ``socket_connect_timeout`` every connect; connection errors and timeouts are
-        retried ``retries`` times with exponential backoff (20 ms doubling, at most
-        0.5 s) before :class:`~langchain_idempotent.errors.StoreUnavailableError`.
-        ``client_kwargs`` go to redis-py (``password``, ``ssl_ca_certs``, ...).
+        ``socket_connect_timeout`` every connect; an operation that hits a connection error
+        or a timeout is retried whole (reconnect, handshake, command) ``retries`` times
+        with exponential backoff (10 ms doubling, at most 0.5 s) before
+        :class:`~langchain_idempotent.errors.StoreUnavailableError` (on a Cluster,
+        redis-py's cluster client does the retrying). ``replicas`` > 0 makes every claim
+        and completion wait (``WAIT``) until that many replicas have it, at most
+        ``replica_timeout``; see the module docstring, "Durability". ``client_kwargs`` go
+        to redis-py (``password``, ``ssl_ca_certs``, ...).
         """
         scheme, sep, rest = url.partition("://")
         if sep and scheme.lower() in _CLUSTER_SCHEMES:
@@ -433,20 +518,31 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             client_kwargs,
         )
 
+        durability = _Durability.of(replicas, replica_timeout, cluster=bool(cluster))
+        # A Cluster client retries inside (it must re-learn the slot map after a failover);
+        # otherwise each connection makes one attempt and the store retries whole operations.
+        per_connection = retries if cluster else 0
+
         def sync_factory() -> SyncClient:
-            kw = {**options, "retry": _retry(retries)}
+            kw = {**options, "retry": _retry(per_connection)}
             if cluster:
                 return redis.RedisCluster.from_url(url, **kw)
             return redis.Redis.from_url(url, **kw)
 
         def async_factory() -> AsyncClient:
-            kw = {**options, "retry": _async_retry(retries)}
+            kw = {**options, "retry": _async_retry(per_connection)}
             if cluster:
                 return redis.asyncio.RedisCluster.from_url(url, **kw)
             return redis.asyncio.Redis.from_url(url, **kw)
 
         store = cls.__new__(cls)
-        store._setup(prefix, sync_factory=sync_factory, async_factory=async_factory)
+        store._setup(
+            prefix,
+            durability,
+            sync_factory=sync_factory,
+            async_factory=async_factory,
+            retries=None if cluster else retries,
+        )
         return store
 
     @classmethod
@@ -461,13 +557,16 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         retries: int = 3,
         health_check_interval: float | timedelta = 30,
         max_connections: int | None = None,
+        replicas: int = 0,
+        replica_timeout: float | timedelta = 0.1,
         sentinel_kwargs: Mapping[str, Any] | None = None,
         **client_kwargs: Any,
     ) -> RedisIdempotencyStore:
         """A store on the master that ``sentinels`` name ``service_name``, built on first use.
 
-        Follows failovers (redis-py's ``SentinelConnectionPool``). Timeouts and retries as
-        in :meth:`from_url`; ``sentinel_kwargs`` configure the connections to the sentinels
+        Follows failovers (redis-py's ``SentinelConnectionPool``: a retried operation
+        asks the sentinels for the master again). Timeouts, retries and ``replicas`` as in
+        :meth:`from_url`; ``sentinel_kwargs`` configure the connections to the sentinels
         themselves (default: the same socket timeouts).
         """
         addresses = [tuple(a) for a in sentinels]
@@ -487,7 +586,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         def sync_factory() -> SyncClient:
             manager: Any = redis.sentinel.Sentinel
             client: redis.Redis = manager(addresses, sentinel_kwargs=dict(to_sentinels)).master_for(
-                service_name, retry=_retry(retries), **options
+                service_name, retry=_retry(0), **options
             )
             return client
 
@@ -495,11 +594,17 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             manager: Any = redis.asyncio.sentinel.Sentinel
             client: redis.asyncio.Redis = manager(
                 addresses, sentinel_kwargs=dict(to_sentinels)
-            ).master_for(service_name, retry=_async_retry(retries), **options)
+            ).master_for(service_name, retry=_async_retry(0), **options)
             return client
 
         store = cls.__new__(cls)
-        store._setup(prefix, sync_factory=sync_factory, async_factory=async_factory)
+        store._setup(
+            prefix,
+            _Durability.of(replicas, replica_timeout, cluster=False),
+            sync_factory=sync_factory,
+            async_factory=async_factory,
+            retries=retries,
+        )
         return store
 
     @property
@@ -547,38 +652,58 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     # -- one round trip -----------------------------------------------------------------
 
+    def _retrying(self, op: Callable[[], _T]) -> _T:
+        """``op`` under the store's whole-operation retry (clients built by ``from_url``)."""
+        attempts = self._attempts
+        return op() if attempts is None else attempts.call_with_retry(op, _ignore)
+
+    async def _aretrying(self, op: Callable[[], Awaitable[_T]]) -> _T:
+        attempts = self._aattempts
+        return await (op() if attempts is None else attempts.call_with_retry(op, _aignore))
+
     def _eval(self, script: _Script, key: str, args: Sequence[Any]) -> Any:
+        return self._eval_acked(script, key, args, wait=None)[0]
+
+    def _eval_acked(
+        self, script: _Script, key: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
+        """The script's reply, and the replicas' acknowledgement count when ``wait`` is a
+        ``WAIT`` command (sent right behind the script on the same connection)."""
         rkey = f"{self._head}{key}}}"
         try:
-            client: Any = self._sync_client if self._sync_ready else self._sync()
-            fast = self._fast
-            if fast is not None:
-                reply = fast.evalsha(script, rkey, args)
-            else:
-                assert client is not None
-                try:
-                    reply = client.execute_command("EVALSHA", script.sha, 1, rkey, *args, **_RAW)
-                except NoScriptError:
-                    reply = client.execute_command("EVAL", script.source, 1, rkey, *args, **_RAW)
+            answer = self._retrying(lambda: self._send(script, rkey, args, wait))
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
         if not self._policy_checked:
             self._check_policy()
-        return reply
+        return answer
+
+    def _send(
+        self, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
+        """One attempt: no retry, redis-py's errors as they are."""
+        client: Any = self._sync_client if self._sync_ready else self._sync()
+        fast = self._fast
+        if fast is not None:
+            return fast.evalsha(script, rkey, args, wait)
+        return _execute(client, script, rkey, args, wait)
 
     async def _aeval(self, script: _Script, key: str, args: Sequence[Any]) -> Any:
-        rkey = f"{self._head}{key}}}"
+        return (await self._aeval_acked(script, key, args, wait=None))[0]
+
+    async def _aeval_acked(
+        self, script: _Script, key: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
         client = self._async()
         try:
-            try:
-                reply = await client.execute_command("EVALSHA", script.sha, 1, rkey, *args, **_RAW)
-            except NoScriptError:
-                reply = await client.execute_command("EVAL", script.source, 1, rkey, *args, **_RAW)
+            answer = await self._aretrying(
+                lambda: _aexecute(client, script, self._rkey(key), args, wait)
+            )
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
         if not self._policy_checked:
             await self._acheck_policy(client)
-        return reply
+        return answer
 
     # -- record operations --------------------------------------------------------------
 
@@ -594,7 +719,14 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
         args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
-        return _to_claim(self._eval(_CLAIM_SCRIPT, key, args), key)
+        wait = self._durability.wait
+        reply, acks = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
+        claim = _to_claim(reply, key)
+        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+            with contextlib.suppress(StoreUnavailableError):
+                self.release(key, owner=owner, fence=claim.fence)
+            raise self._durability.error("claim", key, acks)
+        return claim
 
     async def aclaim(
         self,
@@ -608,7 +740,14 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
         args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
-        return _to_claim(await self._aeval(_CLAIM_SCRIPT, key, args), key)
+        wait = self._durability.wait
+        reply, acks = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
+        claim = _to_claim(reply, key)
+        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+            with contextlib.suppress(StoreUnavailableError):
+                await self.arelease(key, owner=owner, fence=claim.fence)
+            raise self._durability.error("claim", key, acks)
+        return claim
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
@@ -629,7 +768,12 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
         args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        return _to_completion(self._eval(_COMPLETE_SCRIPT, key, args), payload, key)
+        wait = self._durability.wait
+        reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, args, wait)
+        completion = _to_completion(reply, payload, key)
+        if self._durability.short(acks) and completion.stored:
+            raise self._durability.error("completion", key, acks)
+        return completion
 
     async def acomplete(
         self,
@@ -644,7 +788,12 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
         args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        return _to_completion(await self._aeval(_COMPLETE_SCRIPT, key, args), payload, key)
+        wait = self._durability.wait
+        reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, args, wait)
+        completion = _to_completion(reply, payload, key)
+        if self._durability.short(acks) and completion.stored:
+            raise self._durability.error("completion", key, acks)
+        return completion
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         return bool(self._eval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
@@ -654,7 +803,10 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     def get(self, key: str) -> Record | None:
         try:
-            fields = self._sync().execute_command("HGETALL", self._rkey(key), **_RAW)
+            client = self._sync()
+            fields = self._retrying(
+                lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
+            )
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
         return _to_record(key, fields) if fields else None
@@ -662,7 +814,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     async def aget(self, key: str) -> Record | None:
         client = self._async()
         try:
-            fields = await client.execute_command("HGETALL", self._rkey(key), **_RAW)
+            fields = await self._aretrying(
+                lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
+            )
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
         return _to_record(key, fields) if fields else None
@@ -671,28 +825,33 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        try:
+
+        def once() -> None:
             pubsub = self._sync().pubsub()
             try:
                 pubsub.subscribe(self._rkey(key) + ":done")
                 if not _await_confirmation(pubsub.get_message, deadline):
                     return
-                left_ms = self._eval(_PROBE_SCRIPT, key, (fence,))
+                left_ms = self._send(_PROBE_SCRIPT, self._rkey(key), (fence,), None)[0]
                 if left_ms < 0:
                     return
-                deadline = min(deadline, time.monotonic() + left_ms / 1000 + 0.001)
-                while (left := deadline - time.monotonic()) > 0:
+                end = min(deadline, time.monotonic() + left_ms / 1000 + 0.001)
+                while (left := end - time.monotonic()) > 0:
                     message = pubsub.get_message(timeout=left)
                     if message is not None and message["type"] == "message":
                         return
             finally:
                 pubsub.close()
+
+        try:
+            self._retrying(once)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        try:
+
+        async def once() -> None:
             client = self._async()
             if isinstance(client, redis.asyncio.RedisCluster):
                 await client.initialize()  # the pub/sub node is chosen from the slot map
@@ -705,16 +864,20 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                         break
                 else:
                     return
-                left_ms = await self._aeval(_PROBE_SCRIPT, key, (fence,))
+                probe = _aexecute(client, _PROBE_SCRIPT, self._rkey(key), (fence,), None)
+                left_ms = (await probe)[0]
                 if left_ms < 0:
                     return
-                deadline = min(deadline, time.monotonic() + left_ms / 1000 + 0.001)
-                while (left := deadline - time.monotonic()) > 0:
+                end = min(deadline, time.monotonic() + left_ms / 1000 + 0.001)
+                while (left := end - time.monotonic()) > 0:
                     message = await pubsub.get_message(timeout=left)
                     if message is not None and message["type"] == "message":
                         return
             finally:
                 await pubsub.aclose()
+
+        try:
+            await self._aretrying(once)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
 
@@ -735,8 +898,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         limit: int | None = None,
     ) -> builtins.list[Record]:
         """Records whose meta match, oldest first: ``SCAN`` (every primary on a Cluster)."""
-        out: builtins.list[Record] = []
-        try:
+
+        def scan() -> builtins.list[Record]:
+            out: builtins.list[Record] = []
             client = self._sync()
             batch: builtins.list[Any] = []
             for rkey in client.scan_iter(match=self._pattern(), count=500, _type="hash"):
@@ -746,9 +910,12 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                     batch = []
             if batch:
                 out += self._fetch(client, batch, namespace, thread_id)
+            return out
+
+        try:
+            return _oldest_first(self._retrying(scan), limit)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, None) from exc
-        return _oldest_first(out, limit)
 
     async def alist(
         self,
@@ -757,8 +924,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
-        out: builtins.list[Record] = []
-        try:
+
+        async def scan() -> builtins.list[Record]:
+            out: builtins.list[Record] = []
             client = self._async()
             batch: builtins.list[Any] = []
             async for rkey in client.scan_iter(match=self._pattern(), count=500, _type="hash"):
@@ -768,9 +936,12 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                     batch = []
             if batch:
                 out += await self._afetch(client, batch, namespace, thread_id)
+            return out
+
+        try:
+            return _oldest_first(await self._aretrying(scan), limit)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, None) from exc
-        return _oldest_first(out, limit)
 
     async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
         n = 0
@@ -947,17 +1118,26 @@ class _ConnectionPerThread:
         if held is not None and held.forks == _forks:
             held.returned()
 
-    def evalsha(self, script: _Script, rkey: str, args: Sequence[Any]) -> Any:
+    def evalsha(
+        self, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
         held = self._held()
         try:
-            return _roundtrip(held, script, rkey, args)
+            return _roundtrip(held, script, rkey, args, wait)
         except (RedisConnectionError, RedisTimeoutError) as exc:
-            return self._retry(held, script, rkey, args, exc)
+            return self._retry(held, script, rkey, args, wait, exc)
 
     def _retry(
-        self, held: _Held, script: _Script, rkey: str, args: Sequence[Any], first: Exception
-    ) -> Any:
-        """The client's ``Retry`` for the attempts left after the first one failed."""
+        self,
+        held: _Held,
+        script: _Script,
+        rkey: str,
+        args: Sequence[Any],
+        wait: tuple[Any, ...] | None,
+        first: Exception,
+    ) -> tuple[Any, int | None]:
+        """The client's ``Retry`` for the attempts left after the first one failed (none
+        for clients built by ``from_url``: the store retries whole operations)."""
         conn = held.conn
         conn.disconnect()
         retry = copy.copy(conn.retry)
@@ -966,9 +1146,10 @@ class _ConnectionPerThread:
             if left == 0:
                 raise first
             retry.update_retries(left - 1 if left > 0 else left)
-            return retry.call_with_retry(
-                lambda: _roundtrip(held, script, rkey, args), lambda _err: conn.disconnect()
+            answer: tuple[Any, int | None] = retry.call_with_retry(
+                lambda: _roundtrip(held, script, rkey, args, wait), lambda _err: conn.disconnect()
             )
+            return answer
         except (RedisConnectionError, RedisTimeoutError):
             self._drop()
             raise
@@ -990,23 +1171,84 @@ def _packer_for(conn: Any) -> Callable[[tuple[Any, ...]], bytes] | None:
     return _hiredis_pack if codecs.lookup(encoder.encoding).name == "utf-8" else None
 
 
-def _roundtrip(held: _Held, script: _Script, rkey: str, args: Sequence[Any]) -> Any:
+def _roundtrip(
+    held: _Held, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+) -> tuple[Any, int | None]:
     conn, pack = held.conn, held.pack
     try:
         try:
-            if pack is not None:
-                conn.send_packed_command((pack(("EVALSHA", script.sha, 1, rkey, *args)),))
-            else:
-                conn.send_command("EVALSHA", script.sha, 1, rkey, *args)
-            return conn.read_response(disable_decoding=True)
+            _send_pipelined(conn, pack, ("EVALSHA", script.sha, 1, rkey, *args), wait)
+            return _read_replies(conn, wait)
         except NoScriptError:  # SCRIPT FLUSH, a restart, a failover: send the source once
-            conn.send_command("EVAL", script.source, 1, rkey, *args)
-            return conn.read_response(disable_decoding=True)
+            _send_pipelined(conn, pack, ("EVAL", script.source, 1, rkey, *args), wait)
+            return _read_replies(conn, wait)
     except RedisError:
-        raise  # a reply was read (or the connection already dropped): still in step
+        raise  # every reply was read (or the connection already dropped): still in step
     except BaseException:
         conn.disconnect()  # interrupted between send and read: the reply would be misread
         raise
+
+
+def _send_pipelined(
+    conn: Any,
+    pack: Callable[[tuple[Any, ...]], bytes] | None,
+    command: tuple[Any, ...],
+    wait: tuple[Any, ...] | None,
+) -> None:
+    commands = (command,) if wait is None else (command, wait)
+    if pack is not None:
+        conn.send_packed_command([pack(c) for c in commands])
+    else:
+        conn.send_packed_command(conn.pack_commands(commands))
+
+
+def _read_replies(conn: Any, wait: tuple[Any, ...] | None) -> tuple[Any, int | None]:
+    """The script's reply, then ``WAIT``'s (read even when the script's is an error)."""
+    if wait is None:
+        return conn.read_response(disable_decoding=True), None
+    try:
+        reply = conn.read_response(disable_decoding=True)
+    except ResponseError:
+        conn.read_response()
+        raise
+    return reply, int(conn.read_response())
+
+
+def _execute(
+    client: Any, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+) -> tuple[Any, int | None]:
+    """One attempt through ``execute_command`` (Cluster, single-connection clients). With
+    ``wait`` the client holds one connection (Cluster refuses ``replicas``)."""
+    try:
+        reply = client.execute_command("EVALSHA", script.sha, 1, rkey, *args, **_RAW)
+    except NoScriptError:
+        reply = client.execute_command("EVAL", script.source, 1, rkey, *args, **_RAW)
+    return reply, None if wait is None else int(client.execute_command(*wait))
+
+
+async def _aexecute(
+    client: Any, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+) -> tuple[Any, int | None]:
+    """One attempt on an async client; with ``wait``, a pipeline holds one connection for
+    the script and its ``WAIT``."""
+    if wait is None:
+        try:
+            reply = await client.execute_command("EVALSHA", script.sha, 1, rkey, *args, **_RAW)
+        except NoScriptError:
+            reply = await client.execute_command("EVAL", script.source, 1, rkey, *args, **_RAW)
+        return reply, None
+    for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(command, body, 1, rkey, *args, **_RAW)
+        pipe.execute_command(*wait)
+        reply, acks = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, NoScriptError) and command == "EVALSHA":
+            continue
+        for answer in (reply, acks):
+            if isinstance(answer, Exception):
+                raise answer
+        return reply, int(acks)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -1032,6 +1274,14 @@ def _client_options(
         options["max_connections"] = max_connections
     options.update(extra)
     return options
+
+
+def _ignore(_error: Exception) -> None:
+    """Failure callback of the store's retries: the connection already cleaned up."""
+
+
+async def _aignore(_error: Exception) -> None:
+    """:func:`_ignore` for redis-py's async ``Retry``, which awaits its failure callback."""
 
 
 def _backoff() -> ExponentialBackoff:

@@ -345,12 +345,6 @@ def test_an_unreachable_redis_fails_closed_in_bounded_time(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redis-py retries connect + handshake inside every command retry: a server that "
-    "accepts connections but never answers costs (retries + 1)^2 socket timeouts, not the "
-    "(retries + 1) that RedisIdempotencyStore.from_url documents",
-)
 def test_a_hung_redis_fails_within_retries_plus_one_socket_timeouts(proxy: FaultProxy) -> None:
     timeout, retries = 0.2, 2
     store = StoreSpec(
