@@ -260,7 +260,8 @@ class RedisCluster:
     """A Redis Cluster of ``masters`` primaries with ``replicas`` replicas each.
 
     Built with ``redis-cli --cluster create``; ready once every node reports
-    ``cluster_state:ok`` and the full slot map.
+    ``cluster_state:ok`` and the full slot map, and every replica's link to its master is
+    up (replication starts at once: ``repl-diskless-sync-delay 0`` unless overridden).
     """
 
     def __init__(
@@ -274,6 +275,7 @@ class RedisCluster:
     ) -> None:
         if REDIS_CLI is None:
             raise RuntimeError("redis-cli is not on PATH")
+        options.setdefault("repl_diskless_sync_delay", "0")
         self.dir = Path(tempfile.mkdtemp(prefix="redis-cluster-test-"))
         self.nodes: list[RedisServer] = []
         try:
@@ -312,8 +314,13 @@ class RedisCluster:
                 info = c.execute_command("CLUSTER", "INFO")
                 text = info.decode() if isinstance(info, bytes) else str(info)
             if "cluster_state:ok" in text and "cluster_slots_assigned:16384" in text:
-                pending.pop(0)
-                continue
+                with contextlib.closing(node.client()) as c:
+                    replication = c.info("replication")
+                if replication.get("role") != "slave" or (
+                    replication.get("master_link_status") == "up"
+                ):
+                    pending.pop(0)
+                    continue
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster not ready: {text}")
             time.sleep(0.05)
