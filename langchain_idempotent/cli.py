@@ -5,6 +5,7 @@
     langchain-idempotent ls      [--namespace N] [--thread T] [--limit K] [--json]
     langchain-idempotent show    KEY [--json]
     langchain-idempotent purge   --thread T [--namespace N] [--yes]
+    langchain-idempotent delete  KEY [--yes]
     langchain-idempotent resolve KEY (--result JSON | --text TEXT | --free) [--force] [--yes]
     langchain-idempotent doctor  [--pings N] [--strict] [--json]
 
@@ -159,6 +160,13 @@ def _parser() -> argparse.ArgumentParser:
     purge.add_argument("--namespace", help="only in this namespace")
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     purge.set_defaults(handler=_purge)
+
+    delete = sub.add_parser(
+        "delete", parents=[common], help="delete one record (also an unreadable one)"
+    )
+    delete.add_argument("key")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(handler=_delete)
 
     resolve = sub.add_parser(
         "resolve", parents=[common], help="settle a record whose outcome is unknown"
@@ -434,6 +442,36 @@ def _purge(
     )
     deleted = store.purge(thread_id=args.thread, namespace=args.namespace)
     print(f"deleted {deleted} record(s) of {where}", file=out)
+    return 0
+
+
+# -- delete -----------------------------------------------------------------------------
+
+
+def _delete(
+    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
+) -> int:
+    try:
+        rec = _existing(store, args.key)
+    except CorruptRecordError as exc:  # the one record `show` and `resolve` cannot act on
+        what, warning = f"unreadable: {exc}", ""
+    else:
+        now = store_time_ms(url)
+        what = f"{_state_label(rec, now)}, tool {rec.meta.get('tool', '?')!r}"
+        warning = (
+            " It holds a live lease: its tool may be running, and deleting the record lets "
+            "a duplicate call run too."
+            if rec.lease_live(now)
+            else ""
+        )
+    _confirm(
+        f"Delete record {args.key} ({what}) from {_redact(url)}?{warning} Its call will run "
+        "again if retried.",
+        yes=args.yes,
+    )
+    if not store.delete(args.key):
+        raise _Refused(f"no record under key {args.key!r}: it expired or was deleted meanwhile")
+    print(f"deleted record {args.key}", file=out)
     return 0
 
 

@@ -282,6 +282,57 @@ def test_show_of_an_absent_key_exits_1(
     assert "no record under key 'nope'" in err
 
 
+# -- delete -------------------------------------------------------------------------------
+
+
+def test_delete_removes_one_record_and_leaves_the_rest(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend.completed("a", 1, thread="t1")
+    backend.completed("b", 2, thread="t1")
+    code, out, _ = run(capsys, "delete", "a", "--yes", "--url", backend.url)
+    assert code == 0 and "deleted record a" in out
+    assert backend.store.get("a") is None and backend.store.get("b") is not None
+
+
+def test_delete_removes_a_record_nothing_else_can_read(
+    backend: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend.expired("k", thread="t1")
+    backend.corrupt("k")
+    yes = _Terminal("y")
+    monkeypatch.setattr(sys, "stdin", yes)
+    code, _, err = run(capsys, "delete", "k", "--url", backend.url)
+    assert yes.asked and code == 0
+    assert "(unreadable:" in err  # the question says what is being deleted
+    code, _, err = run(capsys, "show", "k", "--url", backend.url)
+    assert code == 1 and "no record under key 'k'" in err
+
+
+def test_delete_asks_warns_about_a_live_lease_and_obeys_no(
+    backend: Backend, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend.running("k", thread="t1", lease_ms=60_000)
+    no = _Terminal("n")
+    monkeypatch.setattr(sys, "stdin", no)
+    code, _, err = run(capsys, "delete", "k", "--url", backend.url)
+    assert no.asked and code == 1
+    assert "holds a live lease" in err and "aborted: nothing was changed" in err
+    assert backend.store.get("k") is not None
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115 - closed by pytest
+    code, _, err = run(capsys, "delete", "k", "--url", backend.url)
+    assert code == 1 and "add --yes" in err
+    assert backend.store.get("k") is not None
+
+
+def test_delete_of_an_absent_key_exits_1(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "delete", "nope", "--yes", "--url", backend.url)
+    assert code == 1
+    assert "no record under key 'nope'" in err
+
+
 # -- purge --------------------------------------------------------------------------------
 
 

@@ -1303,7 +1303,8 @@ def _translate(exc: Exception, key: str | None) -> StoreUnavailableError | Corru
     if isinstance(exc, ResponseError) and message.startswith(("CORRUPT", "WRONGTYPE")):
         return CorruptRecordError(
             f"the Redis record for idempotency key {key!r} is not a record this store can "
-            f"read ({message}); it was not used. Inspect it, then delete it to start over.",
+            f"read ({message}); it was not used. Inspect it, then delete it to start over "
+            f"(`langchain-idempotent delete {key}`).",
             key=key,
         )
     return StoreUnavailableError(
@@ -1405,7 +1406,8 @@ def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
     except (KeyError, ValueError, AttributeError, TypeError) as exc:
         raise CorruptRecordError(
             f"the Redis record for idempotency key {key!r} cannot be read ({exc!r}); "
-            "it was not used. Inspect it, then delete it to start over.",
+            "it was not used. Inspect it, then delete it to start over "
+            f"(`langchain-idempotent delete {key}`).",
             key=key,
         ) from exc
 
