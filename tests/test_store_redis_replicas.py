@@ -37,6 +37,10 @@ def replica_of(primary: RedisServer) -> RedisServer:
         while probe.info("replication").get("master_link_status") != "up":
             assert time.monotonic() < deadline, "the replica did not sync"
             time.sleep(0.02)
+    with contextlib.closing(primary.client()) as c:
+        # A replica that just synced acknowledges nothing for up to a second or so.
+        while c.set("test-replication-probe", "1") and c.execute_command("WAIT", 1, 100) != 1:
+            assert time.monotonic() < deadline, "the replica does not acknowledge writes"
     return replica
 
 
