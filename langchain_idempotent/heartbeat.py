@@ -36,6 +36,17 @@ class Renewal:
 
     def cancel(self) -> None:
         self.cancelled = True
+        self.renew = _gone  # let go of the call (its closure) now, not when it falls due
+
+
+def _gone() -> bool:
+    return False
+
+
+#: The heap is swept of cancelled renewals whenever it reaches this size (and then twice
+#: the size it was left with), so it stays proportional to the tools still running
+#: instead of every call of the last ``every`` seconds.
+_SWEEP_AT = 1024
 
 
 class _Scheduler:
@@ -50,6 +61,7 @@ class _Scheduler:
         self._seq = itertools.count()
         self._pid = -1
         self._sleeping_until = float("inf")  # when the thread will next wake by itself
+        self._sweep_at = _SWEEP_AT
 
     def add(self, renewal: Renewal) -> None:
         due = time.monotonic() + renewal.every
@@ -60,7 +72,12 @@ class _Scheduler:
                 threading.Thread(
                     target=self._loop, name="idempotency-renewals", daemon=True
                 ).start()
-            heapq.heappush(self._heap, (due, next(self._seq), renewal))
+            heap = self._heap
+            if len(heap) >= self._sweep_at:
+                heap[:] = [entry for entry in heap if not entry[2].cancelled]
+                heapq.heapify(heap)
+                self._sweep_at = max(_SWEEP_AT, 2 * len(heap))
+            heapq.heappush(heap, (due, next(self._seq), renewal))
             if due < self._sleeping_until:  # only wake the thread if it would oversleep
                 self._sleeping_until = due
                 self._cond.notify()

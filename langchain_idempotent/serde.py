@@ -93,7 +93,9 @@ class ResultSerializer:
                 key=key,
             )
         revived = self._load(tag, data, key)
-        if _as_lists(revived) != _as_lists(value):
+        # Equal as decoded is the common case; otherwise compare shapes (tuples come back
+        # as lists, models and dataclasses compare by type and fields).
+        if revived != value and _as_lists(revived) != _as_lists(value):
             raise ValueError(
                 f"the tool result of type {type(value).__name__} would not replay as itself "
                 "(a type in it is not in the allow-list): pass allowed_types=[YourType] to "
@@ -153,9 +155,14 @@ class ResultSerializer:
         )
 
 
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+
+
 def _as_lists(value: Any) -> Any:
     """A comparable shape: tuples nested anywhere come back as lists, so compare them as
     lists; models and dataclasses compare by type and fields."""
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, tuple | list):
         return [_as_lists(v) for v in value]
     if isinstance(value, dict):
