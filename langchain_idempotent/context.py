@@ -36,6 +36,10 @@ class IdempotencyContext:
     #: The owner token of this run (opaque).
     owner: str
     _lease: _LeaseFlag = field(default_factory=_LeaseFlag, repr=False, compare=False)
+    #: False when the store was unreachable and ``fail_open=True`` ran the tool without a
+    #: lease (``fence`` 0, ``attempt`` 0): nothing stops a duplicate run but the downstream,
+    #: so pass ``key`` on and treat the call as one that may have run before.
+    protected: bool = True
 
     @property
     def lease_lost(self) -> bool:

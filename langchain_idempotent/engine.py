@@ -65,8 +65,8 @@ class _WatchStep:
 
 @dataclass(slots=True)
 class _RunStep:
-    #: ``None`` when the tool runs unprotected (fail open).
-    ctx: IdempotencyContext | None
+    #: ``protected=False`` (fence 0, no lease) when the tool runs unprotected (fail open).
+    ctx: IdempotencyContext
 
 
 @dataclass(slots=True)
@@ -149,7 +149,17 @@ class Engine:
                 self._emit(call, "store_error", detail={"op": "claim", "error": str(exc)})
                 if policy.fail_open and isinstance(exc, StoreUnavailableError):
                     self._emit(call, "fail_open")
-                    unprotected: _Outcome = yield _RunStep(None)
+                    # No lease, but the key: a downstream that deduplicates on it still can.
+                    unprotected: _Outcome = yield _RunStep(
+                        IdempotencyContext(
+                            key=call.key,
+                            fence=0,
+                            attempt=0,
+                            takeover=False,
+                            owner=call.owner,
+                            protected=False,
+                        )
+                    )
                     if unprotected.exc is not None:
                         raise unprotected.exc  # noqa: B904 - the tool's own error
                     return unprotected.value
@@ -380,21 +390,21 @@ class Engine:
         return None
 
     def _run_action(
-        self, ctx: IdempotencyContext | None, call: _Call, action: Callable[[], Any]
+        self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Any]
     ) -> _Outcome:
-        if ctx is None:
-            try:
-                return _Outcome(value=action())
-            except BaseException as exc:
-                return _Outcome(exc=exc)
         token = _current.set(ctx)
-        renewal = schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
+        renewal = (
+            schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
+            if ctx.protected
+            else None
+        )
         try:
             return _Outcome(value=action())
         except BaseException as exc:
             return _Outcome(exc=exc)
         finally:
-            renewal.cancel()
+            if renewal is not None:
+                renewal.cancel()
             _current.reset(token)
 
     def _renew(self, call: _Call, ctx: IdempotencyContext) -> bool:
@@ -469,21 +479,21 @@ class Engine:
         return None
 
     async def _arun_action(
-        self, ctx: IdempotencyContext | None, call: _Call, action: Callable[[], Awaitable[Any]]
+        self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Awaitable[Any]]
     ) -> _Outcome:
-        if ctx is None:
-            try:
-                return _Outcome(value=await action())
-            except BaseException as exc:
-                return _Outcome(exc=exc)
         token = _current.set(ctx)
-        renewal = AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
+        renewal = (
+            AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
+            if ctx.protected
+            else None
+        )
         try:
             return _Outcome(value=await action())
         except BaseException as exc:
             return _Outcome(exc=exc)
         finally:
-            renewal.cancel()
+            if renewal is not None:
+                renewal.cancel()
             _current.reset(token)
 
     async def _arenew(self, call: _Call, ctx: IdempotencyContext) -> bool:

@@ -284,6 +284,29 @@ def test_fail_open_runs_the_action_unprotected_and_says_so() -> None:
     assert counter["fail_open"] == 1 and counter["store_error"] == 1
 
 
+async def test_an_unprotected_run_still_gets_its_key_to_pass_downstream() -> None:
+    seen: list[IdempotencyContext | None] = []
+
+    def action() -> str:
+        seen.append(get_idempotency_context())
+        return "ran"
+
+    async def aaction() -> str:
+        return action()
+
+    engine = Engine(DownStore(), Policy(fail_open=True))
+    engine.run("k", fingerprint="f", action=action)
+    await engine.arun("k", fingerprint="f", action=aaction)
+    for ctx in seen:
+        assert ctx is not None and ctx.key == "k"
+        assert (ctx.protected, ctx.fence, ctx.attempt, ctx.takeover) == (False, 0, 0, False)
+        ctx.check_lease()  # no lease to lose: never raises
+    assert get_idempotency_context() is None  # only while the action runs
+    protected, _, _ = make()
+    protected.run("p", fingerprint="f", action=action)
+    assert seen[-1] is not None and seen[-1].protected and seen[-1].fence == 1
+
+
 def test_a_result_over_the_size_limit_is_an_error_and_is_not_repeated() -> None:
     engine, _, _ = make(max_result_bytes=1000)
     runs: list[int] = []

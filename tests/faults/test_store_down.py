@@ -5,9 +5,10 @@ Fail closed (the default): while Redis is down no tool body runs; each call rais
 back (it runs with ``appendonly yes`` + ``appendfsync always`` here, so only the outage is
 tested, not data loss).
 
-Fail open (``fail_open=True``, the documented opt-in): the tool runs unprotected. It gets
-no idempotency context, so it has no key to hand downstream and the downstream cannot
-deduplicate: every retry while the store is down applies the effect again.
+Fail open (``fail_open=True``, the documented opt-in): the tool runs unprotected — no
+lease, so every retry while the store is down runs the tool again — but it still gets its
+key (``get_idempotency_context()``, ``protected=False``, fence 0), so a downstream that
+deduplicates on the key applies the effect once.
 """
 
 from __future__ import annotations
@@ -171,18 +172,19 @@ def test_with_fail_open_a_store_down_runs_the_tool_unprotected(
     ledger.calls(tally.rows)
     kinds = [e.kind for e in events]
     assert kinds.count("fail_open") == 2
-    # Both unprotected runs applied the effect (no key to send), and so did the first
-    # protected run; the fourth call replays.
+    # Both unprotected runs and the first protected run ran the tool; the downstream
+    # applied the effect once (every run sent the same key); the fourth call replays.
     assert ledger.executions() == {key: 3}
-    assert ledger.effects() == {key: 3}
+    assert ledger.effects() == {key: 1}
     figures = Figures.from_ledger(
         "6. store down with fail_open=True",
         "Redis stopped for 2 calls, then restarted",
         ledger,
         notes=[
-            "by design: unprotected runs get no idempotency context, so no key reaches the "
-            "downstream and every retry while down applies the effect again"
+            "by design the tool re-runs on every call while the store is down (no lease); "
+            "the unprotected runs still hand the key downstream (protected=False, fence 0), "
+            "which applied the effect once"
         ],
     )
     record(figures)
-    assert figures.duplicates == 2
+    assert figures.duplicates == 0

@@ -45,8 +45,9 @@ def refund(
     """The tool body for the call ``key``. ``before`` / ``during`` / ``after`` run around
     the downstream effect (``during`` inside its open transaction), for fault injection.
 
-    Without an idempotency context (a fail-open run) it sends no idempotency key, like a
-    tool that has none to send: the downstream cannot deduplicate that effect.
+    Without an idempotency context (called outside the engine) it sends no idempotency
+    key, like a tool that has none to send: the downstream cannot deduplicate that effect.
+    A fail-open run has a context (``protected=False``, fence 0) and sends its key.
     """
 
     def action() -> str:
