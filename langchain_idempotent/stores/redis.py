@@ -49,14 +49,16 @@ Spec:
   Clients passed in are used as they are (their timeouts and retries apply) and are never
   closed by the store.
 - **Fast path.** With a sync standalone or Sentinel ``redis.Redis`` (not a single-connection
-  client), each thread keeps one connection checked out of the client's own pool and sends
-  ``EVALSHA`` on it directly (packed by hiredis, then ``read_response``), skipping
-  redis-py's per-command bookkeeping; the connection's own ``Retry``, timeouts, TLS and
+  client), the store keeps the connections it has used checked out of the client's own
+  pool: an operation takes an idle one (or checks out one more), sends ``EVALSHA`` on it
+  directly (packed by hiredis, then ``read_response``), skipping redis-py's per-command
+  bookkeeping, and puts it back. So the store holds as many connections as operations ran
+  at once, whichever threads ran them; the connection's own ``Retry``, timeouts, TLS and
   health checks still apply. An interrupted round trip (``KeyboardInterrupt`` between send
-  and read) drops the connection so that no later call reads its reply. After ``fork()``
-  the child checks out its own connection; a thread's connection returns to the pool when
-  the thread ends or the store is closed. Cluster and async clients go through
-  ``execute_command``.
+  and read) disconnects the connection so that no later call reads its reply; one that
+  failed on a connection error returns to the pool. After ``fork()`` the child checks out
+  its own connections. :meth:`~RedisIdempotencyStore.close` returns them all. Cluster and
+  async clients go through ``execute_command``.
 - **Eviction.** On the first successful operation the store asks ``CONFIG GET
   maxmemory-policy`` once and logs a warning on ``langchain_idempotent.stores.redis`` for
   any policy but ``noeviction``: ``allkeys-*`` can evict any record, and ``volatile-*``
@@ -464,7 +466,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         self._async_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]
         self._async_by_loop = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
-        self._fast: _ConnectionPerThread | None = None
+        self._fast: _HeldConnections | None = None
         self._sync_ready = False
         self._policy_checked = False
         self._durability = durability
@@ -628,7 +630,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                 self._sync_client = self._sync_factory()
             client = self._sync_client
             if not self._sync_ready:
-                self._fast = _ConnectionPerThread.for_client(client)
+                self._fast = _HeldConnections.for_client(client)
                 self._sync_ready = True
         return client
 
@@ -1064,68 +1066,70 @@ if hasattr(os, "register_at_fork"):
 
 
 class _Held:
-    """A connection checked out by one thread, returned to the pool when dropped."""
+    """A connection checked out of the client's pool for this store's fast path."""
 
-    __slots__ = ("__weakref__", "conn", "forks", "generation", "pack", "returned")
+    __slots__ = ("conn", "forks", "generation", "pack")
 
-    def __init__(self, conn: Any, pool: ConnectionPool, generation: int) -> None:
+    def __init__(self, conn: Any, generation: int) -> None:
         self.conn = conn
         self.forks = _forks
         self.generation = generation
         self.pack = _packer_for(conn)
-        self.returned = weakref.finalize(self, pool.release, conn)
-        self.returned.atexit = False
 
 
-class _Local(threading.local):
-    held: _Held | None = None
-
-
-class _ConnectionPerThread:
-    """``EVALSHA`` straight on one pooled connection per thread (see "Fast path" above)."""
+class _HeldConnections:
+    """``EVALSHA`` straight on connections this store keeps checked out of the client's
+    pool (see "Fast path" above): an operation takes an idle one (or checks out one more)
+    and puts it back when done, so threads share them one at a time — also the short-lived
+    threads of LangGraph's per-step executors, which a connection per thread would make
+    check out and return a connection on every call."""
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
-        self._local = _Local()
-        self._all: weakref.WeakSet[_Held] = weakref.WeakSet()
-        self._lock = threading.Lock()
+        self._idle: list[_Held] = []
         self._generation = 0
+        self._forks = _forks
 
     @classmethod
-    def for_client(cls, client: SyncClient) -> _ConnectionPerThread | None:
+    def for_client(cls, client: SyncClient) -> _HeldConnections | None:
         if not isinstance(client, redis.Redis) or client.connection is not None:
             return None  # Cluster, or a single-connection client with its own lock
         pool = client.connection_pool
         return cls(pool) if isinstance(pool, ConnectionPool) else None
 
-    def _held(self) -> _Held:
-        held = self._local.held
-        if held is not None and held.forks == _forks and held.generation == self._generation:
-            return held
-        if held is not None and held.forks == _forks:
-            held.returned()
-        held = _Held(self._pool.get_connection(), self._pool, self._generation)
-        with self._lock:
-            self._all.add(held)
-        self._local.held = held
-        return held
+    def _take(self) -> _Held:
+        if self._forks != _forks:  # a forked child: the idle ones belong to the parent
+            self._idle, self._forks = [], _forks
+        try:
+            return self._idle.pop()  # atomic: no two operations get the same one
+        except IndexError:
+            return _Held(self._pool.get_connection(), self._generation)
 
-    def _connection(self) -> Any:  # redis.connection.AbstractConnection
-        return self._held().conn
+    def _put_back(self, held: _Held) -> None:
+        if held.forks != _forks:
+            return
+        if held.generation != self._generation:  # the store was closed meanwhile
+            self._pool.release(held.conn)
+        else:
+            self._idle.append(held)
 
-    def _drop(self) -> None:
-        held, self._local.held = self._local.held, None
-        if held is not None and held.forks == _forks:
-            held.returned()
+    def _drop(self, held: _Held) -> None:
+        if held.forks == _forks:
+            self._pool.release(held.conn)
 
     def evalsha(
         self, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
     ) -> tuple[Any, int | None]:
-        held = self._held()
+        held = self._take()
         try:
-            return _roundtrip(held, script, rkey, args, wait)
+            answer = _roundtrip(held, script, rkey, args, wait)
         except (RedisConnectionError, RedisTimeoutError) as exc:
-            return self._retry(held, script, rkey, args, wait, exc)
+            answer = self._retry(held, script, rkey, args, wait, exc)
+        except BaseException:
+            self._put_back(held)  # a reply error, or interrupted (then disconnected)
+            raise
+        self._put_back(held)
+        return answer
 
     def _retry(
         self,
@@ -1150,17 +1154,15 @@ class _ConnectionPerThread:
                 lambda: _roundtrip(held, script, rkey, args, wait), lambda _err: conn.disconnect()
             )
             return answer
-        except (RedisConnectionError, RedisTimeoutError):
-            self._drop()
+        except BaseException:
+            self._drop(held)
             raise
 
     def close(self) -> None:
-        with self._lock:
-            self._generation += 1
-            everything, self._all = list(self._all), weakref.WeakSet()
-        for held in everything:
-            if held.forks == _forks:
-                held.returned()
+        self._generation += 1
+        idle, self._idle = self._idle, []
+        for held in idle:
+            self._drop(held)
 
 
 def _packer_for(conn: Any) -> Callable[[tuple[Any, ...]], bytes] | None:
