@@ -14,8 +14,8 @@ Redis (one short-lived client of its own, never the application's connections)
   (everything, when snapshots are off); AOF with ``appendfsync everysec`` can lose about
   a second.
 - replication: no replica means losing the host loses the records; with replicas,
-  replication is asynchronous and a failover can drop the most recent records. A replica
-  itself refuses writes.
+  replication is asynchronous and a failover can drop the most recent records (unless the
+  store waits for them: ``replicas=``). A replica itself refuses writes.
 - latency: the median of ``pings`` round trips; a first run costs two, a replay one.
 
 SQLite: the file (its path, size, journal mode, the store's ``synchronous`` setting, the
@@ -280,7 +280,9 @@ def _replication(report: Report, info: Mapping[str, Any], config: Mapping[str, s
             "note",
             "replication",
             f"{replicas} replica(s); replication is asynchronous (min-replicas-to-write "
-            f"{acked}), so a failover can drop the most recent records",
+            f"{acked}), so a failover can drop the most recent records; "
+            f"IDEMPOTENCY_REDIS_REPLICAS={replicas} (replicas= in code) makes each claim and "
+            "completion wait for them",
         )
 
 

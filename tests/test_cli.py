@@ -588,6 +588,9 @@ def test_doctor_finds_no_risk_on_a_replicated_aof_noeviction_redis(
         assert doc["facts"]["connected_replicas"] == 1
         assert doc["facts"]["aof"] is True and doc["facts"]["appendfsync"] == "always"
         assert [f["level"] for f in doc["findings"]].count("risk") == 0
+        assert any(  # and it says how to make the store wait for the replica
+            "IDEMPOTENCY_REDIS_REPLICAS=1" in f["message"] for f in doc["findings"]
+        )
 
         code, out, _ = run(capsys, "doctor", "--url", replica.url, "--json")
         assert any(
