@@ -358,6 +358,27 @@ def test_a_restarted_server_is_reconnected_by_the_retry_without_an_error(
     no_retries.close()
 
 
+def test_after_the_server_drops_every_connection_one_retry_is_enough(
+    server: RedisServer,
+) -> None:
+    # A restart or a reset kills the idle connections too: the retry must reconnect
+    # rather than take the next dead one.
+    store = RedisIdempotencyStore.from_url(server.url, retries=1)
+    assert claim(store, "warm", "a").outcome is ClaimOutcome.ACQUIRED
+    fast = store._fast
+    assert fast is not None
+    held = [fast._take() for _ in range(4)]
+    for h in held:
+        h.conn.send_command("PING")
+        assert h.conn.read_response() == b"PONG"
+    for h in held:
+        fast._put_back(h)
+    with contextlib.closing(server.client()) as admin:
+        assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 4
+    assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
+    store.close()
+
+
 def test_a_closed_store_returns_its_connections_and_works_again_on_next_use(
     redis_server: RedisServer, redis_prefix: str
 ) -> None:

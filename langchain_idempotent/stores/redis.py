@@ -56,9 +56,10 @@ Spec:
   at once, whichever threads ran them; the connection's own ``Retry``, timeouts, TLS and
   health checks still apply. An interrupted round trip (``KeyboardInterrupt`` between send
   and read) disconnects the connection so that no later call reads its reply; one that
-  failed on a connection error returns to the pool. After ``fork()`` the child checks out
-  its own connections. :meth:`~RedisIdempotencyStore.close` returns them all. Cluster and
-  async clients go through ``execute_command``.
+  failed on a connection error returns to the pool, and the idle ones are disconnected
+  (a reset or restart killed them too), so that a retry reconnects. After ``fork()`` the
+  child checks out its own connections. :meth:`~RedisIdempotencyStore.close` returns them
+  all. Cluster and async clients go through ``execute_command``.
 - **Eviction.** On the first successful operation the store asks ``CONFIG GET
   maxmemory-policy`` once and logs a warning on ``langchain_idempotent.stores.redis`` for
   any policy but ``noeviction``: ``allkeys-*`` can evict any record, and ``volatile-*``
@@ -1087,6 +1088,7 @@ class _HeldConnections:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
         self._idle: list[_Held] = []
+        self._lock = threading.Lock()  # guards _idle (reset in a forked child)
         self._generation = 0
         self._forks = _forks
 
@@ -1097,21 +1099,34 @@ class _HeldConnections:
         pool = client.connection_pool
         return cls(pool) if isinstance(pool, ConnectionPool) else None
 
+    def _after_fork(self) -> None:
+        if self._forks != _forks:  # a forked child: the idle ones belong to the parent,
+            self._idle, self._lock, self._forks = [], threading.Lock(), _forks  # the lock too
+
     def _take(self) -> _Held:
-        if self._forks != _forks:  # a forked child: the idle ones belong to the parent
-            self._idle, self._forks = [], _forks
-        try:
-            return self._idle.pop()  # atomic: no two operations get the same one
-        except IndexError:
-            return _Held(self._pool.get_connection(), self._generation)
+        self._after_fork()
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+            generation = self._generation
+        return _Held(self._pool.get_connection(), generation)
 
     def _put_back(self, held: _Held) -> None:
         if held.forks != _forks:
             return
-        if held.generation != self._generation:  # the store was closed meanwhile
-            self._pool.release(held.conn)
-        else:
-            self._idle.append(held)
+        with self._lock:
+            if held.generation == self._generation:
+                self._idle.append(held)
+                return
+        self._pool.release(held.conn)  # the store was closed meanwhile
+
+    def _disconnect_idle(self) -> None:
+        """After a connection error the idle ones are likely dead too (a restart, a reset,
+        a failover): close them, so that the retries reconnect instead of failing on them."""
+        self._after_fork()
+        with self._lock:
+            for held in self._idle:
+                held.conn.disconnect()
 
     def _drop(self, held: _Held) -> None:
         if held.forks == _forks:
@@ -1124,6 +1139,7 @@ class _HeldConnections:
         try:
             answer = _roundtrip(held, script, rkey, args, wait)
         except (RedisConnectionError, RedisTimeoutError) as exc:
+            self._disconnect_idle()
             answer = self._retry(held, script, rkey, args, wait, exc)
         except BaseException:
             self._put_back(held)  # a reply error, or interrupted (then disconnected)
@@ -1159,8 +1175,10 @@ class _HeldConnections:
             raise
 
     def close(self) -> None:
-        self._generation += 1
-        idle, self._idle = self._idle, []
+        self._after_fork()
+        with self._lock:
+            self._generation += 1
+            idle, self._idle = self._idle, []
         for held in idle:
             self._drop(held)
 
