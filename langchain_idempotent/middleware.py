@@ -9,13 +9,14 @@ It wraps the tool calls it names (``wrap_tool_call`` and ``awrap_tool_call``, so
 agent works under ``invoke`` and ``ainvoke``); other tools run untouched. The key is
 derived exactly as the wrapper derives it. Results returned by middleware skip
 ToolNode's validation, so a replayed ``ToolMessage`` / ``Command`` is re-stamped with the
-current ``tool_call_id`` here.
+current ``tool_call_id`` here, and a result the wrapper stored (the tool's own return
+value) is formatted as the ``ToolMessage`` LangChain would make of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
@@ -104,7 +105,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             )
         except _HandledToolError as handled:
             return handled.message
-        return _restamp(result, pending) if pending.replayed else result  # type: ignore[no-any-return]
+        return _replayed(result, pending, request) if pending.replayed else result
 
     async def awrap_tool_call(
         self,
@@ -129,7 +130,24 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             )
         except _HandledToolError as handled:
             return handled.message
-        return _restamp(result, pending) if pending.replayed else result  # type: ignore[no-any-return]
+        return _replayed(result, pending, request) if pending.replayed else result
+
+
+def _replayed(result: Any, pending: _Pending, request: ToolCallRequest) -> _Result:
+    """A stored result as the answer to this call: a ``ToolMessage`` / ``Command`` stored
+    by the middleware is re-stamped; what :class:`IdempotentTool` stored from the tool's own
+    ``_run`` (its content, or ``(content, artifact)``) is formatted as LangChain formats a
+    tool's output, so one thread can move from the wrapper to the middleware."""
+    from langchain_core.tools.base import _format_output
+
+    tool = request.tool
+    if tool is not None and tool.response_format == "content_and_artifact":
+        if isinstance(result, tuple) and len(result) == 2:
+            content, artifact = result
+            result = _format_output(content, artifact, pending.tool_call_id, tool.name, "success")
+    elif tool is not None:
+        result = _format_output(result, None, pending.tool_call_id, tool.name, "success")
+    return cast(_Result, _restamp(result, pending))
 
 
 def _turn_from_state(state: Any) -> str | None:

@@ -1,19 +1,25 @@
 """``IdempotentTool``: any LangChain tool, run at most once per idempotency key.
 
 The wrapper is a :class:`~langchain_core.tools.BaseTool` that shows the model exactly the
-inner tool (name, description, ``args_schema``, ``tool_call_schema``) and hands it the
-full call: the ``ToolCall`` envelope (so injected call ids, artifacts and ``Command``
-returns work) and the config (so ``InjectedState``, ``InjectedStore`` and ``ToolRuntime``
-pass through). It holds no storage code: it derives the key (:mod:`.keys`) and lets the
-:class:`~langchain_idempotent.engine.Engine` run the call.
+inner tool (name, description, ``args_schema``, ``tool_call_schema``) and parses a call's
+arguments as the inner tool does (``InjectedState``, ``InjectedStore``,
+``InjectedToolCallId`` and ``ToolRuntime`` pass through). Its own tool run is the one in
+the trace: it calls the inner tool's ``_run`` / ``_arun`` directly (:mod:`.direct`), and
+LangChain formats the result (``ToolMessage``, ``content_and_artifact``) and handles errors
+as the inner tool is configured to. A tool whose class overrides ``invoke`` or ``run`` is
+invoked with the full ``ToolCall`` envelope instead. The wrapper holds no storage code: it
+derives the key (:mod:`.keys`) and lets the :class:`~langchain_idempotent.engine.Engine`
+run the call.
 
-On a replay the stored ``ToolMessage`` / ``Command`` is re-stamped with the current
-``tool_call_id`` and stale message ids are dropped. Replays, waits, takeovers and lost
-leases are dispatched as custom callback events named ``idempotency.<kind>`` and logged;
-the tool run carries ``idempotency_key`` in its metadata (visible in LangSmith).
+What is stored is what the tool returned (its content, ``(content, artifact)``, or its
+own ``ToolMessage`` / ``Command``), so a replay is formatted for the current call; a
+stored ``ToolMessage`` / ``Command`` is re-stamped with the current ``tool_call_id`` and
+stale message ids are dropped. Replays, waits, takeovers and lost leases are dispatched
+as custom callback events named ``idempotency.<kind>`` and logged; the tool run carries
+``idempotency_key`` in its metadata (visible in LangSmith).
 
-An inner tool that *handles* its own error (``handle_tool_error``) returns an error
-``ToolMessage``: that is returned as is and not memoized, so a retry runs again.
+A tool error that the tool's ``handle_tool_error`` turns into an error ``ToolMessage`` is
+returned as such and not memoized, so a retry runs again.
 """
 
 import contextlib
@@ -34,6 +40,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 
+from .direct import DirectCall
 from .engine import Engine
 from .events import EventHook, IdempotencyEvent
 from .keys import DerivedKey, call_info, derive_key
@@ -96,10 +103,15 @@ class IdempotentTool(BaseTool):
     engine: Engine = Field(exclude=True)
     """The engine (store + policy) the calls go through."""
     _runner: BaseTool = PrivateAttr()
+    _direct: DirectCall | None = PrivateAttr()
 
     def __init__(self, inner: BaseTool, *, engine: Engine, **kwargs: Any) -> None:
         if isinstance(inner, IdempotentTool):
             raise ValueError(f"tool {inner.name!r} is already idempotent; wrap it once")
+        direct = DirectCall.of(inner)
+        if direct is not None:
+            # This wrapper's tool run is the only one: it carries the inner tool's callbacks.
+            kwargs.setdefault("callbacks", inner.callbacks)
         super().__init__(
             name=inner.name,
             description=inner.description,
@@ -118,12 +130,15 @@ class IdempotentTool(BaseTool):
             engine=engine,
             **kwargs,
         )
-        # The inner tool runs with its error handling switched off: a ToolException then
-        # releases the key (a handled error must not be memoized) and this wrapper, which
-        # copied ``handle_tool_error``, turns it into the same answer the inner tool gives.
+        self._direct = direct
+        # Through invoke (a tool that overrides it), the inner tool runs with its error
+        # handling switched off: a ToolException then releases the key (a handled error must
+        # not be memoized) and this wrapper, which copied ``handle_tool_error``, turns it
+        # into the same answer the inner tool gives. (Its ``_run``, called directly, handles
+        # nothing itself.)
         self._runner = (
             inner.model_copy(update={"handle_tool_error": False})
-            if inner.handle_tool_error
+            if inner.handle_tool_error and direct is None
             else inner
         )
 
@@ -156,6 +171,12 @@ class IdempotentTool(BaseTool):
     @property
     def policy(self) -> Policy:
         return self.engine.policy
+
+    def _to_args_and_kwargs(
+        self, tool_input: str | dict[str, Any], tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Parse the input as the inner tool does (its schema, its single-input rules)."""
+        return self.inner._to_args_and_kwargs(tool_input, tool_call_id)
 
     # -- invoke: derive the key, then let BaseTool open the tool run -----------------------
 
@@ -218,7 +239,11 @@ class IdempotentTool(BaseTool):
             else patch_config(config, callbacks=run_manager.get_child())
         )
 
+        direct = self._direct
+
         def action() -> Any:
+            if direct is not None:
+                return _checked(direct.run(args, kwargs, config=config, run_manager=run_manager))
             return self._shape(self._runner.invoke(self._envelope(pending), child))
 
         try:
@@ -251,7 +276,13 @@ class IdempotentTool(BaseTool):
             else patch_config(config, callbacks=run_manager.get_child())
         )
 
+        direct = self._direct
+
         async def action() -> Any:
+            if direct is not None:
+                return _checked(
+                    await direct.arun(args, kwargs, config=config, run_manager=run_manager)
+                )
             return self._shape(await self._runner.ainvoke(self._envelope(pending), child))
 
         try:

@@ -669,6 +669,89 @@ async def test_a_replay_under_ainvoke_dispatches_the_event_too(
     assert recorder.names() == ["idempotency.replay"]
 
 
+@pytest.mark.parametrize("path", ["sync", "async"])
+async def test_one_model_call_is_one_tool_run_in_the_trace(
+    store: InMemoryIdempotencyStore, path: str
+) -> None:
+    wrapped = idempotent(issue_refund, store)
+    recorder = EventRecorder()
+    config: RunnableConfig = {"configurable": {"idempotency_scope": "s"}, "callbacks": [recorder]}
+    args = {"invoice_id": "I-1", "amount": 140}
+    for call_id in ("c1", "c2"):  # a first run, then a replay
+        if path == "sync":
+            wrapped.invoke(call("issue_refund", args, call_id), config)
+        else:
+            await wrapped.ainvoke(call("issue_refund", args, call_id), config)
+    assert len(recorder.tool_metadata) == 2  # not nested runs of the inner tool too
+
+
+def test_the_inner_tools_own_callbacks_fire_once_per_call(store: InMemoryIdempotencyStore) -> None:
+    recorder = EventRecorder()
+    inner = StructuredTool.from_function(
+        _ship,
+        name="ship",
+        description="Ship a parcel.",
+        args_schema=ShipInput,
+        callbacks=[recorder],
+    )
+    wrapped = idempotent(inner, store)
+    with idempotency_scope("s"):
+        wrapped.invoke({"parcel_id": "P-12", "to": {"street": "1 Main", "city": "Oslo"}})
+    assert len(recorder.tool_metadata) == 1
+
+
+def test_a_tool_gets_the_run_manager_and_config_it_asks_for(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    seen: dict[str, Any] = {}
+
+    @tool
+    def audited(order_id: str, config: RunnableConfig, callbacks: Any = None) -> str:
+        """Refund an order, with the run's config and callbacks."""
+        seen["config"], seen["callbacks"] = config, callbacks
+        return order_id
+
+    wrapped = idempotent(audited, store)
+    with idempotency_scope("s"):
+        wrapped.invoke({"order_id": "O-1"}, {"tags": ["batch-7"]})
+    assert "batch-7" in seen["config"]["tags"]
+    assert seen["config"]["metadata"]["idempotency_key"]  # the wrapper's run, with the key
+    assert seen["callbacks"] is not None  # a child of the wrapper's tool run
+
+
+def test_a_tool_that_overrides_invoke_is_still_called_through_it(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    class Audited(BaseTool):
+        name: str = "audited"
+        description: str = "Refund with an audit line written by invoke."
+        audit: list[str] = Field(default_factory=list)
+
+        def invoke(self, input: Any, config: RunnableConfig | None = None, **kw: Any) -> Any:
+            self.audit.append("invoke")
+            return super().invoke(input, config, **kw)
+
+        def _run(self, order_id: str) -> str:
+            return f"refunded {order_id}"
+
+    inner = Audited()
+    wrapped = idempotent(inner, store)
+    with idempotency_scope("s"):
+        assert wrapped.invoke({"order_id": "O-1"}) == "refunded O-1"
+        assert wrapped.invoke({"order_id": "O-1"}) == "refunded O-1"  # replayed
+    assert inner.audit == ["invoke"]
+
+
+def test_a_plain_invoke_after_a_tool_call_invoke_gets_the_content_not_a_message(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    wrapped = idempotent(lookup_invoice, store)
+    with idempotency_scope("mixed"):
+        message = wrapped.invoke(call("lookup_invoice", {"invoice_id": "I-1"}, "c1"))
+        assert isinstance(message, ToolMessage)
+        assert wrapped.invoke({"invoice_id": "I-1"}) == "invoice I-1: $140"
+
+
 def test_a_duplicate_that_waits_for_the_owner_dispatches_a_wait_event_and_replays(
     store: InMemoryIdempotencyStore,
 ) -> None:
