@@ -46,7 +46,14 @@ from .context import current_scope
 from .errors import InvalidArgumentsError, MissingScopeError
 from .policy import KeyFunction, Scope
 
-__all__ = ["CallInfo", "DerivedKey", "derive_key", "graph_path", "visible_arguments"]
+__all__ = [
+    "CallInfo",
+    "DerivedKey",
+    "derive_key",
+    "graph_path",
+    "model_schema",
+    "visible_arguments",
+]
 
 #: ``configurable`` key that gives a scope explicitly (outside graphs, or to override).
 SCOPE_CONFIG_KEY = "idempotency_scope"
@@ -84,12 +91,40 @@ def graph_path(checkpoint_ns: str | None) -> str:
     return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part)
 
 
+class _SingleInput(dict[str, Any]):
+    """The JSON schema LangChain shows the model for a legacy single-input ``Tool``."""
+
+
+def model_schema(tool: Any) -> Any:
+    """What the model fills in for ``tool``: its ``tool_call_schema``; for a legacy
+    single-input ``Tool`` (no ``args_schema``) the one string LangChain shows the model as
+    ``__arg1`` (such a tool's ``tool_call_schema`` describes its ``_run`` instead)."""
+    from langchain_core.tools import Tool
+
+    if isinstance(tool, Tool) and tool.args_schema is None:
+        return _SingleInput(
+            type="object",
+            title=tool.name,
+            description=tool.description,
+            properties={"__arg1": {"title": "__arg1", "type": "string"}},
+            required=["__arg1"],
+        )
+    return tool.tool_call_schema
+
+
 def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[str, Any]:
     """The model-visible arguments, validated and normalised through ``schema``.
 
     Raises :class:`pydantic.ValidationError` when the arguments do not fit the schema
     (the caller lets the tool report it the usual way).
     """
+    if isinstance(schema, _SingleInput):
+        # A single-input tool takes a string, or a mapping with one value under any name.
+        if isinstance(tool_input, Mapping) and len(tool_input) == 1:
+            tool_input = next(iter(tool_input.values()))
+        if isinstance(tool_input, Mapping):
+            return dict(tool_input)  # the tool itself refuses this
+        return {"__arg1": tool_input}
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         fields = schema.model_fields
         if isinstance(tool_input, str):

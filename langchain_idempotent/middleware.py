@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from .engine import Engine
 from .events import EventHook
-from .keys import TURN_CONFIG_KEY, call_info, derive_key, turn_from_messages
+from .keys import TURN_CONFIG_KEY, call_info, derive_key, model_schema, turn_from_messages
 from .policy import Policy
 from .stores.base import BaseIdempotencyStore
 from .tool import _checked, _HandledToolError, _Pending, _restamp
@@ -76,7 +76,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         try:
             info = call_info(
                 tool=call["name"],
-                schema=request.tool.tool_call_schema,
+                schema=model_schema(request.tool),
                 tool_input=call["args"],
                 tool_call_id=call.get("id"),
                 config=config,

@@ -43,7 +43,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
 from .direct import DirectCall
 from .engine import Engine
 from .events import EventHook, IdempotencyEvent
-from .keys import DerivedKey, call_info, derive_key
+from .keys import DerivedKey, call_info, derive_key, model_schema
 from .policy import Policy
 from .stores.base import BaseIdempotencyStore
 
@@ -146,7 +146,7 @@ class IdempotentTool(BaseTool):
 
     @property
     def tool_call_schema(self) -> Any:
-        return self.inner.tool_call_schema
+        return model_schema(self.inner)
 
     @property
     def args(self) -> dict[str, Any]:
@@ -188,7 +188,7 @@ class IdempotentTool(BaseTool):
         try:
             info = call_info(
                 tool=self.name,
-                schema=self.inner.tool_call_schema,
+                schema=self.tool_call_schema,
                 tool_input=args,
                 tool_call_id=tool_call_id,
                 config=config,

@@ -21,6 +21,7 @@ from langchain_core.tools import (
     BaseTool,
     InjectedToolCallId,
     StructuredTool,
+    Tool,
     ToolException,
     tool,
 )
@@ -194,6 +195,35 @@ def test_the_model_sees_exactly_the_inner_tool(inner: BaseTool) -> None:
     assert convert_to_openai_tool(wrapped, strict=True) == convert_to_openai_tool(
         inner, strict=True
     )
+
+
+def test_a_legacy_single_input_tool_shows_the_model_its_one_string_and_keys_by_it(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    runs: list[str] = []
+
+    def echo(text: str) -> str:
+        runs.append(text)
+        return f"echo {text}"
+
+    inner = Tool(name="echo", description="Echo text.", func=echo)
+    wrapped = idempotent(inner, store)
+    sent, expected = convert_to_openai_tool(wrapped), convert_to_openai_tool(inner)
+    # The same payload but for the property's title, which LangChain hard-codes only for
+    # Tool itself (a JSON schema's titles are dropped when it is converted).
+    expected["function"]["parameters"]["properties"]["__arg1"].pop("title")
+    assert sent == expected
+    with idempotency_scope("s"):
+        results = [
+            wrapped.invoke("hi"),
+            wrapped.invoke({"__arg1": "hi"}),  # what a model sends
+            wrapped.invoke({"text": "hi"}),  # any single value, as Tool accepts it
+            wrapped.invoke("bye"),
+        ]
+        message = wrapped.invoke(call("echo", {"__arg1": "bye"}, "c9"))
+    assert results == ["echo hi", "echo hi", "echo hi", "echo bye"]
+    assert message.content == "echo bye" and message.tool_call_id == "c9"
+    assert runs == ["hi", "bye"]
 
 
 def test_injected_arguments_are_hidden_from_the_model_as_in_the_inner_tool() -> None:
