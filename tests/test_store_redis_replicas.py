@@ -261,13 +261,17 @@ def test_the_engine_returns_the_result_when_only_the_completion_is_not_acknowled
         ({"replicas": -1}, "replicas must be an int >= 0"),
         ({"replicas": True}, "replicas must be an int >= 0"),
         ({"replicas": 1, "replica_timeout": 0}, "WAIT 0 would block forever"),
+        ({"retries": -1}, "retries must be an int >= 0"),
     ],
 )
-def test_bad_replica_settings_are_refused_by_name(options: dict[str, Any], message: str) -> None:
+def test_bad_settings_are_refused_by_name(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RedisIdempotencyStore.from_url("redis://127.0.0.1:1/0", **options)
     with pytest.raises(ValueError, match=message):
-        RedisIdempotencyStore(redis.Redis(port=1), **options)
+        RedisIdempotencyStore.from_sentinel([("127.0.0.1", 1)], "mymaster", **options)
+    if "retries" not in options:  # a client passed in brings its own retries
+        with pytest.raises(ValueError, match=message):
+            RedisIdempotencyStore(redis.Redis(port=1), **options)
 
 
 def test_replicas_on_a_cluster_are_refused_at_construction() -> None:

@@ -521,6 +521,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             client_kwargs,
         )
 
+        _check_retries(retries)
         durability = _Durability.of(replicas, replica_timeout, cluster=bool(cluster))
         # A Cluster client retries inside (it must re-learn the slot map after a failover);
         # otherwise each connection makes one attempt and the store retries whole operations.
@@ -572,6 +573,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         :meth:`from_url`; ``sentinel_kwargs`` configure the connections to the sentinels
         themselves (default: the same socket timeouts).
         """
+        _check_retries(retries)
         addresses = [tuple(a) for a in sentinels]
         options = _client_options(
             socket_timeout,
@@ -1309,7 +1311,14 @@ def _backoff() -> ExponentialBackoff:
 
 
 def _retry(retries: int) -> Retry:
+    _check_retries(retries)
     return Retry(_backoff(), retries, supported_errors=(RedisConnectionError, RedisTimeoutError))
+
+
+def _check_retries(retries: int) -> None:
+    # redis-py reads a negative count as "retry forever": a hung server would hang callers.
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
 
 
 def _async_retry(retries: int) -> redis.asyncio.retry.Retry:
