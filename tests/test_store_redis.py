@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import statistics
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -374,7 +375,7 @@ def test_after_the_server_drops_every_connection_one_retry_is_enough(
     for h in held:
         fast._put_back(h)
     with contextlib.closing(server.client()) as admin:
-        assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 4
+        assert admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 4  # type: ignore[no-untyped-call]
     assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
     store.close()
 
@@ -415,6 +416,49 @@ def test_a_hung_server_times_out_within_retries_times_socket_timeout_instead_of_
     retried = claim(store, "k", "a").outcome
     assert retried in (ClaimOutcome.ACQUIRED, ClaimOutcome.OWNED)
     store.close()
+
+
+async def test_an_async_connection_closed_under_a_write_is_a_store_error_not_a_crash(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    # redis-py's asyncio connection can lose its writer between its "connected?" check and
+    # the write (redis/redis-py#3546, #4287): its AttributeError must surface as the store
+    # being unavailable (and be retried), not escape as a bug in the caller's code.
+    store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix, retries=0)
+    await store.aget("warm-up")
+    client = store._async()
+    [conn] = list(client.connection_pool._available_connections)
+    normal = type(conn)
+    conn.__class__ = type("Racy", (normal,), {"is_connected": property(lambda self: True)})
+    conn._writer = None  # closed by another task after the check
+    with pytest.raises(StoreUnavailableError, match="closed under a write") as info:
+        await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+    conn.__class__ = normal
+    await conn.disconnect()
+    claimed = await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    assert claimed.outcome is ClaimOutcome.ACQUIRED
+    await store.aclose()
+
+
+async def test_an_async_connection_closed_under_a_write_once_is_retried_at_once(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix, retries=0)
+    await store.aget("warm-up")
+    [conn] = list(store._async().connection_pool._available_connections)
+    normal = type(conn)
+
+    def racy(self: Any) -> bool:
+        if sys._getframe(1).f_code.co_name == "send_packed_command":
+            self.__class__ = normal  # the race happens once, between the check and the write
+        return True
+
+    conn.__class__ = type("Racy", (normal,), {"is_connected": property(racy)})
+    conn._writer = None
+    claimed = await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    assert claimed.outcome is ClaimOutcome.ACQUIRED  # even with retries=0
+    await store.aclose()
 
 
 async def test_a_hung_server_times_out_on_the_async_path_too(server: RedisServer) -> None:

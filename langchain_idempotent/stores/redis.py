@@ -663,8 +663,26 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         return op() if attempts is None else attempts.call_with_retry(op, _ignore)
 
     async def _aretrying(self, op: Callable[[], Awaitable[_T]]) -> _T:
+        async def guarded() -> _T:
+            try:
+                return await op()
+            except (AttributeError, TypeError) as exc:
+                if not _closed_under_a_write(exc):
+                    raise
+            try:  # once more at once, on any client (Cluster too): a resent claim or
+                # completion is recognised as the same owner's
+                return await op()
+            except (AttributeError, TypeError) as exc:
+                if _closed_under_a_write(exc):
+                    raise RedisConnectionError(
+                        f"the connection was closed under a write ({exc})"
+                    ) from exc
+                raise
+
         attempts = self._aattempts
-        return await (op() if attempts is None else attempts.call_with_retry(op, _aignore))
+        return await (
+            guarded() if attempts is None else attempts.call_with_retry(guarded, _aignore)
+        )
 
     def _eval(self, script: _Script, key: str, args: Sequence[Any]) -> Any:
         return self._eval_acked(script, key, args, wait=None)[0]
@@ -1296,6 +1314,22 @@ def _client_options(
         options["max_connections"] = max_connections
     options.update(extra)
     return options
+
+
+def _closed_under_a_write(exc: BaseException) -> bool:
+    """redis-py's asyncio connections can leak the transport's internals — ``'NoneType'
+    object has no attribute 'writelines'``, ``'NoneType' object is not callable`` — when
+    the connection is closed while a command is written (redis/redis-py#3546, #4287):
+    an error raised inside redis-py's or asyncio's own I/O code, not ours."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    where = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+    return "/redis/asyncio/" in where or where.endswith(
+        ("/asyncio/streams.py", "/asyncio/selector_events.py", "/asyncio/proactor_events.py")
+    )
 
 
 def _ignore(_error: Exception) -> None:
