@@ -1042,7 +1042,9 @@ class StoreContractTests:
         key = _key()
         claims = await asyncio.gather(*(_aclaim(store, key, f"owner-{i}") for i in range(n)))
         outcomes = Counter(c.outcome for c in claims)
-        assert outcomes == {ClaimOutcome.ACQUIRED: 1, ClaimOutcome.BUSY: n - 1}
+        # One owner (its claim may have been resent after a lost reply: OWNED), the rest busy.
+        owners = outcomes[ClaimOutcome.ACQUIRED] + outcomes[ClaimOutcome.OWNED]
+        assert (owners, outcomes[ClaimOutcome.BUSY]) == (1, n - 1), outcomes
 
     @pytest.mark.asyncio
     async def test_concurrent_completions_from_many_tasks_store_exactly_one_payload(
