@@ -248,9 +248,7 @@ def test_a_worker_paused_past_its_lease_changes_nothing_when_it_resumes(
     failures: list[BaseException] = []
 
     def scenario(key: str, phase: str, resume: str) -> None:
-        at_point, first_done = FORK.Event(), FORK.Event()
-        proc = FORK.Process(target=_sleeper, args=(spec, ledger, key, phase, at_point, first_done))
-        proc.start()
+        proc, at_point, first_done = workers[key]
         assert proc.pid is not None
         try:
             if not at_point.wait(30):
@@ -288,6 +286,15 @@ def test_a_worker_paused_past_its_lease_changes_nothing_when_it_resumes(
                 kill_hard(proc.pid)
             proc.join(5)
 
+    # Every worker is forked here, before the scenario threads start: a fork while another
+    # thread of this process is inside SQLite (the ledger) can leave SQLite's own mutex
+    # locked in the child, which then hangs on its first connection.
+    workers: dict[str, tuple[Any, Any, Any]] = {}
+    for key, phase, _ in cases:
+        at_point, first_done = FORK.Event(), FORK.Event()
+        proc = FORK.Process(target=_sleeper, args=(spec, ledger, key, phase, at_point, first_done))
+        proc.start()
+        workers[key] = (proc, at_point, first_done)
     threads = [threading.Thread(target=scenario, args=case) for case in cases]
     for t in threads:
         t.start()
