@@ -378,6 +378,24 @@ class RedisSentinel:
         self.close()
 
 
+def wait_replicating(primary: RedisServer, replica: RedisServer, timeout: float = 20.0) -> None:
+    """Wait until ``replica``'s link to its master is up and it acknowledges a write to
+    ``primary`` within 100 ms (one that has just synced acknowledges nothing for up to a
+    second or so)."""
+    deadline = time.monotonic() + timeout
+    with contextlib.closing(replica.client()) as probe:
+        while probe.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica} did not sync:\n{replica.log_tail()}")
+            time.sleep(0.02)
+    with contextlib.closing(primary.client()) as writer:
+        while writer.set("test-replication-probe", "1") and (
+            writer.execute_command("WAIT", 1, 100) != 1
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica} does not acknowledge writes to {primary}")
+
+
 def running_servers() -> Iterator[RedisServer]:
     """The servers this process started and has not stopped (for leak checks)."""
     return iter(list(_LIVE))

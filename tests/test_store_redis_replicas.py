@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from redis_servers import RedisServer
+from redis_servers import RedisServer, wait_replicating
 
 from langchain_idempotent import Engine, Policy
 from langchain_idempotent.errors import StoreUnavailableError
@@ -32,15 +32,7 @@ TTL_MS = 3_600_000
 
 def replica_of(primary: RedisServer) -> RedisServer:
     replica = RedisServer(replicaof=f"127.0.0.1 {primary.port}")
-    with contextlib.closing(replica.client()) as probe:
-        deadline = time.monotonic() + 20
-        while probe.info("replication").get("master_link_status") != "up":
-            assert time.monotonic() < deadline, "the replica did not sync"
-            time.sleep(0.02)
-    with contextlib.closing(primary.client()) as c:
-        # A replica that just synced acknowledges nothing for up to a second or so.
-        while c.set("test-replication-probe", "1") and c.execute_command("WAIT", 1, 100) != 1:
-            assert time.monotonic() < deadline, "the replica does not acknowledge writes"
+    wait_replicating(primary, replica)
     return replica
 
 

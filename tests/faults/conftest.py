@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fault_helpers import Ledger
+from fault_helpers import Ledger, StoreSpec
 from redis_servers import RedisServer, redis_server_available
 
 from .report import Figures, markdown_table
@@ -112,6 +112,28 @@ def ledger(tmp_path: Path) -> Ledger:
 @pytest.fixture
 def prefix() -> str:
     return f"fault-{uuid.uuid4().hex[:8]}:"
+
+
+#: The stores a scenario runs on: ``[redis]`` (a throwaway server) and ``[sqlite]`` (a file).
+STORES = [
+    pytest.param(
+        "redis",
+        marks=[
+            pytest.mark.redis,
+            pytest.mark.skipif(not redis_server_available(), reason="no redis-server"),
+        ],
+    ),
+    "sqlite",
+]
+
+
+@pytest.fixture(params=STORES)
+def spec(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> StoreSpec:
+    """How to open the store under test, once per store kind (picklable for workers)."""
+    if request.param == "redis":
+        server = request.getfixturevalue("redis_server")
+        return StoreSpec("redis", server.url, prefix=prefix)
+    return StoreSpec("sqlite", str(tmp_path / "idem.sqlite"))
 
 
 @pytest.fixture(scope="module")

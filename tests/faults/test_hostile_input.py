@@ -33,7 +33,6 @@ import pytest
 from fault_helpers import StoreSpec
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from redis_servers import redis_server_available
 
 from langchain_idempotent import (
     CorruptRecordError,
@@ -47,25 +46,7 @@ from langchain_idempotent.stores.base import BaseIdempotencyStore
 
 from .report import Figures
 
-STORES = [
-    pytest.param(
-        "redis",
-        marks=[
-            pytest.mark.redis,
-            pytest.mark.skipif(not redis_server_available(), reason="no redis-server"),
-        ],
-    ),
-    "sqlite",
-]
 CONFIG: RunnableConfig = {"configurable": {"thread_id": "hostile-thread"}}
-
-
-@pytest.fixture(params=STORES)
-def spec(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> StoreSpec:
-    if request.param == "redis":
-        server = request.getfixturevalue("redis_server")
-        return StoreSpec("redis", server.url, prefix=prefix)
-    return StoreSpec("sqlite", str(tmp_path / "idem.sqlite"))
 
 
 @pytest.fixture

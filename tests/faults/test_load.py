@@ -11,12 +11,10 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fault_helpers import Ledger, StoreSpec, Tally
-from redis_servers import redis_server_available
 
 from langchain_idempotent import Engine, Policy
 
@@ -25,25 +23,6 @@ from .workload import call_until_answered, refund
 
 FORK = mp.get_context("fork")
 PROCESSES, THREADS, HOT_KEYS = 4, 8, 50
-
-STORES = [
-    pytest.param(
-        "redis",
-        marks=[
-            pytest.mark.redis,
-            pytest.mark.skipif(not redis_server_available(), reason="no redis-server"),
-        ],
-    ),
-    "sqlite",
-]
-
-
-@pytest.fixture(params=STORES)
-def spec(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> StoreSpec:
-    if request.param == "redis":
-        server = request.getfixturevalue("redis_server")
-        return StoreSpec("redis", server.url, prefix=prefix)
-    return StoreSpec("sqlite", str(tmp_path / "idem.sqlite"))
 
 
 def _load_worker(

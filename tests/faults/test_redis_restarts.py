@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import Counter
@@ -27,7 +26,7 @@ from typing import Any
 
 import pytest
 from fault_helpers import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_until
-from redis_servers import RedisServer, free_port
+from redis_servers import RedisServer, free_port, wait_replicating
 
 from langchain_idempotent import Engine, Policy, StoreUnavailableError
 from langchain_idempotent.record import State
@@ -184,13 +183,6 @@ def test_a_crash_in_the_middle_of_a_batch_with_aof_resumes_without_a_duplicate_e
 # -- WAIT ------------------------------------------------------------------------------------
 
 
-def acknowledged(client: Any) -> bool:
-    """Whether the replica acknowledges a write within 100 ms (one that has just synced
-    acknowledges nothing for up to a second or so)."""
-    client.set("test-replication-probe", "1")
-    return bool(client.execute_command("WAIT", 1, 100) == 1)
-
-
 @pytest.fixture
 def primary_and_replica() -> Iterator[tuple[RedisServer, RedisServer, FaultProxy]]:
     """A primary and a replica that replicates through a :class:`FaultProxy`."""
@@ -199,15 +191,7 @@ def primary_and_replica() -> Iterator[tuple[RedisServer, RedisServer, FaultProxy
         FaultProxy(primary.port) as link,
         RedisServer(replicaof=f"127.0.0.1 {link.port}") as replica,
     ):
-        client = replica.client()
-        wait_until(
-            lambda: client.info("replication").get("master_link_status") == "up",
-            20,
-            "the replica to sync",
-        )
-        client.close()
-        with contextlib.closing(primary.client()) as c:
-            wait_until(lambda: acknowledged(c), 10, "the replica to acknowledge writes")
+        wait_replicating(primary, replica)
         yield primary, replica, link
 
 
@@ -232,14 +216,7 @@ def test_what_replica_acknowledgement_costs(prefix: str, record: Callable[[Figur
         RedisServer(repl_diskless_sync_delay="0") as primary,
         RedisServer(replicaof=f"127.0.0.1 {primary.port}") as replica,
     ):
-        with contextlib.closing(replica.client()) as probe:
-            wait_until(
-                lambda: probe.info("replication").get("master_link_status") == "up",
-                20,
-                "the replica to sync",
-            )
-        with contextlib.closing(primary.client()) as c:
-            wait_until(lambda: acknowledged(c), 10, "the replica to acknowledge writes")
+        wait_replicating(primary, replica)
         without = StoreSpec("redis", primary.url, prefix=prefix).open()
         acked: Any = RedisIdempotencyStore.from_url(
             primary.url, prefix=prefix, replicas=1, replica_timeout=0.1

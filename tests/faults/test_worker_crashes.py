@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 from fault_helpers import Ledger, StoreSpec, Tally, kill_hard, wait_stopped, wait_until
-from redis_servers import redis_server_available
 
 from langchain_idempotent import Engine, InProgressError, Policy, StoreUnavailableError
 from langchain_idempotent.record import State
@@ -42,25 +41,6 @@ FORK = mp.get_context("fork")
 LEASE = 1.0
 #: How much longer than one lease a successor may wait before the record counts as stuck.
 SLACK = 0.5
-
-STORES = [
-    pytest.param(
-        "redis",
-        marks=[
-            pytest.mark.redis,
-            pytest.mark.skipif(not redis_server_available(), reason="no redis-server"),
-        ],
-    ),
-    "sqlite",
-]
-
-
-@pytest.fixture(params=STORES)
-def spec(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> StoreSpec:
-    if request.param == "redis":
-        server = request.getfixturevalue("redis_server")
-        return StoreSpec("redis", server.url, prefix=prefix)
-    return StoreSpec("sqlite", str(tmp_path / "idem.sqlite"))
 
 
 def engine_for(spec: StoreSpec, **policy: Any) -> Engine:
