@@ -367,7 +367,7 @@ class Engine:
                 fingerprint=call.fingerprint,
                 lease_ms=policy.lease_ms,
                 ttl_ms=policy.ttl_ms,
-                on_expired="report" if policy.on_expired == "raise" else "takeover",
+                on_expired=policy.on_expired,
                 meta=call.meta,
             )
         if isinstance(step, _RunStep):
@@ -456,7 +456,7 @@ class Engine:
                 fingerprint=call.fingerprint,
                 lease_ms=policy.lease_ms,
                 ttl_ms=policy.ttl_ms,
-                on_expired="report" if policy.on_expired == "raise" else "takeover",
+                on_expired=policy.on_expired,
                 meta=call.meta,
             )
         if isinstance(step, _RunStep):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+from .record import ExpiredPolicy
 from .serde import DEFAULT_MAX_RESULT_BYTES
 
 __all__ = ["KeyFunction", "Policy", "Scope", "seconds"]
@@ -39,7 +40,7 @@ class Policy:
     wait_timeout: float | timedelta = 60.0
     #: An expired lease with no result: ``"takeover"`` re-runs with the same key passed
     #: downstream; ``"raise"`` raises ``OutcomeUnknownError`` and leaves the record.
-    on_expired: Literal["takeover", "raise"] = "takeover"
+    on_expired: ExpiredPolicy = "takeover"
     #: Run the tool unprotected when the store is unreachable (default: fail closed).
     fail_open: bool = False
     #: Exceptions that are final: stored as a failed record and re-raised on replay.

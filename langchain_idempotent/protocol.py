@@ -15,7 +15,7 @@ claim (``rec`` is the record under ``key``, ``now`` the store clock)::
     RUNNING, lease live             -> BUSY       retry_after = lease_until - now
     RUNNING, lease expired
         policy "takeover"           -> TAKEOVER   fence + 1, attempt + 1, new owner
-        policy "report"             -> EXPIRED    nothing written (outcome unknown)
+        policy "raise"              -> EXPIRED    nothing written (outcome unknown)
 
 renew: extends the lease only while ``RUNNING`` with the caller's owner and fence.
 
@@ -103,7 +103,7 @@ def decide_claim(
             ),
             None,
         )
-    if on_expired == "report":
+    if on_expired == "raise":
         return Claim(ClaimOutcome.EXPIRED, fence=rec.fence, attempt=rec.attempt), None
     return _take(rec, ClaimOutcome.TAKEOVER, owner=owner, now=now, lease_ms=lease_ms)
 

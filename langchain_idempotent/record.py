@@ -24,7 +24,7 @@ __all__ = [
 FORMAT_VERSION = 1
 
 #: What a claim does with a running record whose lease has expired.
-ExpiredPolicy = Literal["takeover", "report"]
+ExpiredPolicy = Literal["takeover", "raise"]
 
 
 class State(StrEnum):
@@ -75,7 +75,7 @@ class ClaimOutcome(StrEnum):
     MISMATCH = "mismatch"
     """The key is known with another fingerprint: the arguments differ."""
     EXPIRED = "expired"
-    """An expired lease left no result and the policy is ``report``: outcome unknown."""
+    """An expired lease left no result and the policy is ``raise``: outcome unknown."""
 
     @property
     def runs(self) -> bool:

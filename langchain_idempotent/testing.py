@@ -270,7 +270,7 @@ class StoreContractTests:
             _complete(store, key, "a", c.fence, b"result", failed=state == "failed")
         before = _require(store.get(key))
         for owner in ("a", "b"):
-            for policy in ("takeover", "report"):
+            for policy in ("takeover", "raise"):
                 m = _claim(store, key, owner, fingerprint=OTHER_FP, on_expired=policy)  # type: ignore[arg-type]
                 assert m.outcome is ClaimOutcome.MISMATCH
                 assert not m.outcome.runs
@@ -347,7 +347,7 @@ class StoreContractTests:
         key = _key()
         _claim(store, key, "a", lease_ms=self.short_lease_ms)
         self._sleep_past_lease()
-        again = _claim(store, key, "a", on_expired="report")
+        again = _claim(store, key, "a", on_expired="raise")
         assert (again.outcome, again.fence, again.attempt) == (ClaimOutcome.OWNED, 1, 1)
 
     def test_an_expired_lease_is_taken_over_with_the_next_fence_and_attempt(
@@ -379,7 +379,7 @@ class StoreContractTests:
         _claim(store, key, "a", lease_ms=self.short_lease_ms)
         self._sleep_past_lease()
         before = _require(store.get(key))
-        e = _claim(store, key, "b", on_expired="report")
+        e = _claim(store, key, "b", on_expired="raise")
         assert e.outcome is ClaimOutcome.EXPIRED
         assert not e.outcome.runs
         assert (e.fence, e.attempt) == (1, 1)
@@ -396,7 +396,7 @@ class StoreContractTests:
         await _aclaim(store, key, "a", lease_ms=self.short_lease_ms)
         await self._asleep_past_lease()
         before = await store.aget(key)
-        e = await _aclaim(store, key, "b", on_expired="report")
+        e = await _aclaim(store, key, "b", on_expired="raise")
         assert (e.outcome, e.fence, e.attempt) == (ClaimOutcome.EXPIRED, 1, 1)
         assert await store.aget(key) == before
 
@@ -1247,7 +1247,7 @@ class _Model:
                 fingerprint=OTHER_FP if op.other_fingerprint else FP,
                 now=self.now,
                 lease_ms=LONG_MS,
-                on_expired="report" if op.report else "takeover",
+                on_expired="raise" if op.report else "takeover",
                 meta=meta,
             )
         elif op.kind == "renew":
@@ -1319,7 +1319,7 @@ class _Harness:
     def _call(self, op: _Op, key: str, owner: str, fence: int, meta: Mapping[str, str]) -> object:
         s = self.store
         fp = OTHER_FP if op.other_fingerprint else FP
-        policy: ExpiredPolicy = "report" if op.report else "takeover"
+        policy: ExpiredPolicy = "raise" if op.report else "takeover"
         payload = _PAYLOADS[op.payload]
         if op.via_async and self.run_async is not None:
             if op.kind == "claim":

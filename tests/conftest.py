@@ -1,4 +1,4 @@
-"""Shared fixtures: throwaway Redis servers (see ``tests/redis_servers.py``).
+"""Shared fixtures: throwaway Redis servers (see ``tests/support/redis_servers.py``).
 
 Tests never touch a Redis they did not start: ``redis_server`` is one ``redis-server`` on
 a free loopback port for the whole session, and ``redis_store`` gives each test a store
@@ -12,9 +12,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from redis_servers import RedisServer, redis_server_available
 
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
+from tests.support.redis_servers import RedisServer, redis_server_available
 
 
 def _require_redis() -> None:

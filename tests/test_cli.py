@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import redis
 from langchain_core.messages import ToolMessage
-from redis_servers import RedisServer, free_port, redis_server_available
 
 from langchain_idempotent import Engine, Policy, get_idempotency_context, store_from_url
 from langchain_idempotent.cli import main
 from langchain_idempotent.record import State
 from langchain_idempotent.stores.base import BaseIdempotencyStore
+from tests.support.redis_servers import RedisServer, free_port, redis_server_available
 
 needs_redis = pytest.mark.skipif(not redis_server_available(), reason="redis-server not on PATH")
 BACKENDS = [pytest.param("redis", marks=[needs_redis, pytest.mark.redis]), "sqlite"]

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from graph_helpers import thread
 from langchain_core.messages import HumanMessage
+
+from tests.support.graphs import thread
 
 THREAD = "ticket-4711"
 LEASE = 1.0  # seconds; a crashed owner blocks its key this long
@@ -61,13 +62,13 @@ def _effect(workdir: Path, tool: str) -> None:
 
 def build(workdir: Path, role: str) -> tuple[Any, Any, Any]:
     """The graph every process builds the same way: agent ⇄ ToolNode(refund, notify)."""
-    from graph_helpers import ScriptedChatModel, on_each_turn, tool_graph
     from langchain_core.tools import tool
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from langchain_idempotent import idempotent
     from langchain_idempotent.record import Claim
     from langchain_idempotent.stores import SqliteIdempotencyStore
+    from tests.support.graphs import ScriptedChatModel, on_each_turn, tool_graph
 
     class ObservedStore(SqliteIdempotencyStore):
         """Logs each claim's outcome, so a test can tell that a worker really waited."""
@@ -130,8 +131,9 @@ def _wait_for_both_workers(workdir: Path) -> None:
 
 
 def worker(role: str, workdir: Path) -> None:
-    from graph_helpers import EventRecorder, thread, tool_results
     from langchain_core.messages import HumanMessage
+
+    from tests.support.graphs import EventRecorder, thread, tool_results
 
     graph, conn, _ = build(workdir, role)
     recorder = EventRecorder()

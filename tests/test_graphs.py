@@ -12,7 +12,17 @@ import time
 from typing import Annotated, Any
 
 import pytest
-from graph_helpers import (
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedState, create_react_agent
+from langgraph.types import Command, RetryPolicy, interrupt
+
+from langchain_idempotent import InMemoryIdempotencyStore, MissingScopeError, idempotent
+from tests.support.graphs import (
     Effects,
     EventRecorder,
     ScriptedChatModel,
@@ -25,16 +35,6 @@ from graph_helpers import (
     tool_graph,
     tool_results,
 )
-from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import InjectedState, create_react_agent
-from langgraph.types import Command, RetryPolicy, interrupt
-
-from langchain_idempotent import InMemoryIdempotencyStore, MissingScopeError, idempotent
 
 REFUND = {"invoice_id": "INV-7", "amount": 140}
 

@@ -11,7 +11,15 @@ import asyncio
 from typing import Annotated, Any
 
 import pytest
-from graph_helpers import (
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
+from tests.support.graphs import (
     Effects,
     EventRecorder,
     ScriptedChatModel,
@@ -22,14 +30,6 @@ from graph_helpers import (
     thread,
     tool_results,
 )
-from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
-
-from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
 
 REFUND = {"invoice_id": "INV-7", "amount": 140}
 LOOKUP = {"invoice_id": "INV-7"}

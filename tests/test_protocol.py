@@ -143,7 +143,7 @@ def test_the_new_record_keeps_a_copy_of_meta_not_the_callers_dict() -> None:
     ],
     ids=["running", "expired", "free", "completed", "failed"],
 )
-@pytest.mark.parametrize("policy", ["takeover", "report"])
+@pytest.mark.parametrize("policy", ["takeover", "raise"])
 def test_another_fingerprint_is_a_mismatch_in_every_state_and_writes_nothing(
     rec: Record, policy: ExpiredPolicy
 ) -> None:
@@ -182,7 +182,7 @@ def test_a_free_key_is_acquired_with_the_next_fence_and_attempt() -> None:
     assert (rec.created_at, rec.updated_at, rec.meta) == (T0, T0 + 50, free.meta)
 
 
-@pytest.mark.parametrize("policy", ["takeover", "report"])
+@pytest.mark.parametrize("policy", ["takeover", "raise"])
 @pytest.mark.parametrize("lease_until", [T0 + 5, T0 - 5], ids=["live", "expired"])
 def test_a_retried_claim_by_the_owner_is_owned_with_the_same_fence_and_a_new_lease(
     policy: ExpiredPolicy, lease_until: int
@@ -193,7 +193,7 @@ def test_a_retried_claim_by_the_owner_is_owned_with_the_same_fence_and_a_new_lea
     assert written(new) == replace(rec, lease_until=T0 + 300, updated_at=T0)
 
 
-@pytest.mark.parametrize("policy", ["takeover", "report"])
+@pytest.mark.parametrize("policy", ["takeover", "raise"])
 def test_a_live_lease_of_another_owner_is_busy_with_the_time_left(policy: ExpiredPolicy) -> None:
     answer, new = claim(running("a", lease_until=T0 + 37), "b", on_expired=policy)
     assert answer == Claim(ClaimOutcome.BUSY, fence=1, attempt=1, retry_after_ms=37)
@@ -217,7 +217,7 @@ def test_an_expired_lease_is_taken_over_with_the_next_fence_and_attempt() -> Non
 
 
 def test_an_expired_lease_is_reported_under_report_and_nothing_is_written() -> None:
-    answer, new = claim(running("a", fence=2, lease_until=T0 - 1), "b", on_expired="report")
+    answer, new = claim(running("a", fence=2, lease_until=T0 - 1), "b", on_expired="raise")
     assert answer == Claim(ClaimOutcome.EXPIRED, fence=2, attempt=2)
     assert new is None
 
@@ -437,7 +437,7 @@ class History:
                 op.owner,
                 now=self.now,
                 fingerprint="other" if op.other_fingerprint else FP,
-                on_expired="report" if op.report else "takeover",
+                on_expired="raise" if op.report else "takeover",
             )
             if answer.outcome.runs:
                 self.granted[op.owner] = answer.fence

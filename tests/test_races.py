@@ -1,7 +1,7 @@
 """Races through the real :class:`Engine`, on Redis and SQLite, with processes and threads.
 
 Every execution of an action is logged in a ledger *outside* the store (a SQLite file,
-:class:`fault_helpers.Ledger`), and every caller's result too, so the assertions count what
+:class:`tests.support.faults.Ledger`), and every caller's result too, so the assertions count what
 really ran and what every caller really got:
 
 - 8 processes racing on the same 200 keys (the action sleeps 1 ms): each action runs once,
@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_helpers import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_stopped
-from redis_servers import RedisServer, redis_server_available
 
 from langchain_idempotent import (
     Engine,
@@ -51,6 +49,8 @@ from langchain_idempotent.heartbeat import schedule_renewal
 from langchain_idempotent.record import Claim, ClaimOutcome, State
 from langchain_idempotent.stores.redis import _CLAIM_SCRIPT
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_stopped
+from tests.support.redis_servers import RedisServer, redis_server_available
 
 FORK = mp.get_context("fork")
 PROCESSES = 8

@@ -1,8 +1,8 @@
 """The Redis store: the shared contract, plus what only a real Redis shows.
 
-Every test runs against ``redis-server`` processes it starts itself (``tests/redis_servers.py``):
-the session server from ``conftest.py``, a private one where a test stops, pauses or
-reconfigures it, and one 3-master Cluster for the module.
+Every test runs against ``redis-server`` processes it starts itself
+(``tests/support/redis_servers.py``): the session server from ``conftest.py``, a private
+one where a test stops, pauses or reconfigures it, and one 3-master Cluster for the module.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import pytest
 import redis
 import redis.asyncio
 from redis.crc import key_slot
-from redis_servers import RedisCluster, RedisSentinel, RedisServer, free_port
 
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
 from langchain_idempotent.stores import redis as redis_store_module
 from langchain_idempotent.testing import StoreContractTests
+from tests.support.redis_servers import RedisCluster, RedisSentinel, RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -879,7 +879,7 @@ async def test_from_sentinel_follows_the_master_sentinel_names(server: RedisServ
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisCluster]:
-    from redis_servers import redis_server_available
+    from tests.support.redis_servers import redis_server_available
 
     if not redis_server_available():
         pytest.skip("redis-server is not on PATH")

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import redis
-from redis_servers import RedisServer, wait_replicating
 
 from langchain_idempotent import Engine, Policy
 from langchain_idempotent.errors import StoreUnavailableError
 from langchain_idempotent.events import IdempotencyEvent
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
+from tests.support.redis_servers import RedisServer, wait_replicating
 
 pytestmark = pytest.mark.redis
 

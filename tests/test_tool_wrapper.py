@@ -14,7 +14,6 @@ import time
 from typing import Annotated, Any, Literal
 
 import pytest
-from graph_helpers import Effects, EventRecorder, ScriptedChatModel, call, calls, thread, tool_graph
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import (
@@ -43,6 +42,15 @@ from langchain_idempotent import (
     get_idempotency_context,
     idempotency_scope,
     idempotent,
+)
+from tests.support.graphs import (
+    Effects,
+    EventRecorder,
+    ScriptedChatModel,
+    call,
+    calls,
+    thread,
+    tool_graph,
 )
 
 # -- tools of every kind ----------------------------------------------------------------

@@ -187,7 +187,7 @@ _CLAIM = """
 -- KEYS[1]   the record hash
 -- ARGV[1]   owner token           ARGV[2] fingerprint of the arguments
 -- ARGV[3]   lease in ms           ARGV[4] retention (ttl) in ms
--- ARGV[5]   'takeover' or 'report': what to do with an expired lease
+-- ARGV[5]   'takeover' or 'raise': what to do with an expired lease
 -- ARGV[6]   format version
 -- ARGV[7..] meta as name, value pairs (stored as m:<name> when the record is created)
 -- Returns {outcome, fence, attempt, retry_after_ms, failed (0/1), payload (replay only)};
@@ -236,7 +236,7 @@ end
 if rec.lease_until > now then
   return {'busy', rec.fence, rec.attempt, rec.lease_until - now, 0}
 end
-if ARGV[5] == 'report' then return {'expired', rec.fence, rec.attempt, 0, 0} end
+if ARGV[5] == 'raise' then return {'expired', rec.fence, rec.attempt, 0, 0} end
 return take('takeover')
 """
 

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fault_helpers import Ledger, StoreSpec
-from redis_servers import RedisServer, redis_server_available
+
+from tests.support.faults import Ledger, StoreSpec
+from tests.support.redis_servers import RedisServer, redis_server_available
 
 from .report import Figures, markdown_table
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fault_helpers import Ledger
+from tests.support.faults import Ledger
 
 __all__ = ["Figures", "markdown_table"]
 

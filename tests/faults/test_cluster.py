@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis
-from fault_helpers import Ledger, StoreSpec, Tally, wait_until
-from redis_servers import REDIS_CLI, RedisCluster, redis_server_available
 
 from langchain_idempotent import Engine, Policy
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.testing import StoreContractTests
+from tests.support.faults import Ledger, StoreSpec, Tally, wait_until
+from tests.support.redis_servers import REDIS_CLI, RedisCluster, redis_server_available
 
 from .report import Figures
 from .workload import call_until_answered, refund

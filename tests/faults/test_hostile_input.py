@@ -30,7 +30,6 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from fault_helpers import StoreSpec
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 
@@ -43,6 +42,7 @@ from langchain_idempotent import (
     idempotent,
 )
 from langchain_idempotent.stores.base import BaseIdempotencyStore
+from tests.support.faults import StoreSpec
 
 from .report import Figures
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fault_helpers import Ledger, StoreSpec, Tally
 
 from langchain_idempotent import Engine, Policy
+from tests.support.faults import Ledger, StoreSpec, Tally
 
 from .report import Figures
 from .workload import call_until_answered, refund

@@ -27,8 +27,6 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal, NoReturn
 
 import pytest
-from fault_helpers import FaultProxy, Ledger, StoreSpec, Tally
-from redis_servers import RedisServer
 
 from langchain_idempotent import (
     Engine,
@@ -41,6 +39,8 @@ from langchain_idempotent import (
 from langchain_idempotent.record import ClaimOutcome, Record, State
 from langchain_idempotent.stores.base import BaseIdempotencyStore
 from langchain_idempotent.stores.redis import _CLAIM_SCRIPT, _COMPLETE_SCRIPT
+from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally
+from tests.support.redis_servers import RedisServer
 
 from .report import Figures
 from .workload import StaleFence, call_until_answered, refund

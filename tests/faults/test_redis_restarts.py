@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from fault_helpers import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_until
-from redis_servers import RedisServer, free_port, wait_replicating
 
 from langchain_idempotent import Engine, Policy, StoreUnavailableError
 from langchain_idempotent.record import State
 from langchain_idempotent.stores import RedisIdempotencyStore
+from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_until
+from tests.support.redis_servers import RedisServer, free_port, wait_replicating
 
 from .report import Figures
 from .workload import call_until_answered, refund

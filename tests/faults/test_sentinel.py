@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 import redis
-from fault_helpers import Ledger, StoreSpec, Tally, wait_until
-from redis_servers import RedisServer, redis_server_available
 
 from langchain_idempotent import Engine, Policy
+from tests.support.faults import Ledger, StoreSpec, Tally, wait_until
+from tests.support.redis_servers import RedisServer, redis_server_available
 
 from .report import Figures
 from .workload import call_until_answered, refund

@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from fault_helpers import Ledger, StoreSpec, Tally, wait_until
-from redis_servers import RedisServer, free_port
 
 from langchain_idempotent import Engine, IdempotencyEvent, Policy, StoreUnavailableError
+from tests.support.faults import Ledger, StoreSpec, Tally, wait_until
+from tests.support.redis_servers import RedisServer, free_port
 
 from .report import Figures
 from .workload import call_until_answered, refund

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_helpers import Ledger, StoreSpec, Tally, kill_hard, wait_stopped, wait_until
 
 from langchain_idempotent import Engine, InProgressError, Policy, StoreUnavailableError
 from langchain_idempotent.record import State
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+from tests.support.faults import Ledger, StoreSpec, Tally, kill_hard, wait_stopped, wait_until
 
 from .report import Figures
 from .workload import StaleFence, call_until_answered, refund

@@ -15,8 +15,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from fault_helpers import Ledger, Tally
-
 from langchain_idempotent import (
     Engine,
     IdempotencyError,
@@ -24,6 +22,7 @@ from langchain_idempotent import (
     StoreUnavailableError,
     get_idempotency_context,
 )
+from tests.support.faults import Ledger, Tally
 
 __all__ = ["StaleFence", "call_until_answered", "refund"]
 
