@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .policy import Policy
 from .serde import DEFAULT_MAX_RESULT_BYTES
+from .stores._url import parse_store_url
 from .stores.base import BaseIdempotencyStore
 
 __all__ = ["IdempotencySettings", "store_from_url"]
@@ -95,26 +96,11 @@ def store_from_url(
     redis_replica_timeout: float = 0.1,
 ) -> BaseIdempotencyStore:
     """A store for ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
-    ``sqlite:///…`` or ``memory://``. The ``redis_*`` options apply to Redis only."""
-    scheme = url.split(":", 1)[0].lower()
-    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
-        from .stores.redis import RedisIdempotencyStore
-
-        return RedisIdempotencyStore.from_url(
-            url,
-            prefix=redis_prefix,
-            replicas=redis_replicas,
-            replica_timeout=redis_replica_timeout,
-        )
-    if scheme == "sqlite":
-        from .stores.sqlite import SqliteIdempotencyStore
-
-        return SqliteIdempotencyStore.from_url(url)
-    if scheme == "memory":
-        from .stores.memory import InMemoryIdempotencyStore
-
-        return InMemoryIdempotencyStore()
-    raise ValueError(
-        f"unsupported store URL {url!r}: use redis://, rediss://, unix://, redis+cluster://, "
-        "sqlite:///path or memory://"
+    ``rediss+cluster://``, ``sqlite:///…`` or ``memory://`` (see
+    :func:`~langchain_idempotent.stores._url.parse_store_url`). The ``redis_*`` options
+    apply to Redis only."""
+    return parse_store_url(url).build(
+        redis_prefix=redis_prefix,
+        redis_replicas=redis_replicas,
+        redis_replica_timeout=redis_replica_timeout,
     )

@@ -1,4 +1,5 @@
-"""The store protocol: five record operations, a watch, and operator helpers.
+"""The store protocol: five record operations, a watch, the store's clock, and operator
+helpers.
 
 Every operation has an ``a``-prefixed async twin. The default async twins run the sync
 operation in a worker thread; stores with a native async client override them.
@@ -18,6 +19,7 @@ import builtins
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 from ..record import Claim, Completion, ExpiredPolicy, Record
 
@@ -75,8 +77,8 @@ class BaseIdempotencyStore(ABC):
         ``timeout`` seconds.
 
         May return early; the engine re-claims after every wake-up. This default polls
-        with backoff on the host clock (:meth:`now_ms`); stores override it with a real
-        notification.
+        with backoff, judging the lease on the store's clock (:meth:`now_ms`); stores
+        override it with a real notification.
         """
         deadline = time.monotonic() + timeout
         delay = 0.002
@@ -90,11 +92,22 @@ class BaseIdempotencyStore(ABC):
             time.sleep(min(delay, left))
             delay = min(delay * 2, 0.05)
 
+    @abstractmethod
     def now_ms(self) -> int:
-        """The store's clock in milliseconds (the host clock unless a store overrides it)."""
-        return int(time.time() * 1000)
+        """The store's clock in milliseconds: the clock its lease deadlines are written on
+        (a Redis server's ``TIME``; the ``clock`` a memory or SQLite store was given)."""
 
     # -- operator helpers (CLI) -------------------------------------------------------
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """JSON-able facts about the backend for ``langchain-idempotent doctor``.
+
+        Always has ``"kind"`` (``"memory"``, ``"sqlite"``, ``"redis"``, ...); the other keys
+        are the store's own (see each store). Never a secret: no password, no URL with one.
+        Reads only; raises :class:`~langchain_idempotent.errors.StoreUnavailableError` when
+        the backend cannot be reached.
+        """
 
     @abstractmethod
     def delete(self, key: str) -> bool:
@@ -182,13 +195,17 @@ class BaseIdempotencyStore(ABC):
         delay = 0.002
         while True:
             rec = await self.aget(key)
-            if rec is None or not rec.lease_live(self.now_ms()) or rec.fence != fence:
+            if rec is None or not rec.lease_live(await self.anow_ms()) or rec.fence != fence:
                 return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, 0.05)
+
+    @abstractmethod
+    async def anow_ms(self) -> int:
+        """:meth:`now_ms` for async callers (never blocks the event loop on I/O)."""
 
     async def adelete(self, key: str) -> bool:
         return await asyncio.to_thread(self.delete, key)

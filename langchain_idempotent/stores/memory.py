@@ -12,6 +12,7 @@ import builtins
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..protocol import decide_claim, decide_complete, decide_release, decide_renew
 from ..record import Claim, Completion, ExpiredPolicy, Record, State
@@ -30,8 +31,20 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         self._records: dict[str, tuple[Record, int]] = {}  # key -> (record, expires_at)
         self._wakeup = Wakeup()
 
-    def _now(self) -> int:
+    def now_ms(self) -> int:
+        """The store's clock: ``clock()`` in milliseconds."""
         return int(self._clock() * 1000)
+
+    async def anow_ms(self) -> int:
+        return self.now_ms()
+
+    def describe(self) -> dict[str, Any]:
+        """``{"kind": "memory", "records": <live records>}``: the records of this object,
+        in this process."""
+        with self._lock:
+            now = self.now_ms()
+            live = sum(1 for _, expires in self._records.values() if expires > now)
+        return {"kind": "memory", "records": live}
 
     def _read(self, key: str, now: int) -> Record | None:
         entry = self._records.get(key)
@@ -54,7 +67,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
         with self._lock:
-            now = self._now()
+            now = self.now_ms()
             answer, new = decide_claim(
                 self._read(key, now),
                 key=key,
@@ -71,7 +84,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         with self._lock:
-            now = self._now()
+            now = self.now_ms()
             entry = self._records.get(key)
             ok, new = decide_renew(
                 self._read(key, now), owner=owner, fence=fence, now=now, lease_ms=lease_ms
@@ -93,7 +106,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
         with self._lock:
-            now = self._now()
+            now = self.now_ms()
             answer, new = decide_complete(
                 self._read(key, now),
                 key=key,
@@ -112,7 +125,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         with self._lock:
-            now = self._now()
+            now = self.now_ms()
             entry = self._records.get(key)
             ok, new = decide_release(self._read(key, now), owner=owner, fence=fence, now=now)
             if new is not None and entry is not None:
@@ -123,11 +136,11 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
 
     def get(self, key: str) -> Record | None:
         with self._lock:
-            return self._read(key, self._now())
+            return self._read(key, self.now_ms())
 
     def _changed(self, key: str, fence: int) -> bool:
         with self._lock:
-            now = self._now()
+            now = self.now_ms()
             rec = self._read(key, now)
             return rec is None or not rec.lease_live(now) or rec.fence != fence
 
@@ -135,7 +148,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         """Never sleep past the lease: an expired lease is a change nobody announces."""
         rec = self.get(key)
         if rec is not None and rec.state is State.RUNNING:
-            return min(timeout, max(0.0, (rec.lease_until - self._now()) / 1000) + 0.001)
+            return min(timeout, max(0.0, (rec.lease_until - self.now_ms()) / 1000) + 0.001)
         return timeout
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
@@ -165,7 +178,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         limit: int | None = None,
     ) -> builtins.list[Record]:
         with self._lock:
-            now = self._now()
+            now = self.now_ms()
             out = [
                 rec
                 for rec, expires in self._records.values()

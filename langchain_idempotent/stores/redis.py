@@ -1069,6 +1069,119 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         if client is not None:
             await client.aclose()
 
+    # == BEGIN the store's clock and facts: now_ms, anow_ms, describe (issue 11) =========
+    # One self-contained block (OPERATOR): it uses the store's clients, its whole-operation
+    # retries and its error boundary (``_translate``), and nothing else from this module.
+
+    #: The ``INFO`` fields ``describe`` reports for each server.
+    _INFO_FIELDS = (
+        "redis_version",
+        "redis_mode",
+        "role",
+        "connected_slaves",
+        "master_link_status",
+        "maxmemory",
+        "maxmemory_policy",
+        "aof_enabled",
+        "rdb_changes_since_last_save",
+    )
+    #: The ``CONFIG GET`` values ``describe`` reports (``None`` where ``CONFIG`` is refused).
+    _CONFIG_FIELDS = ("appendfsync", "save", "min-replicas-to-write")
+
+    def now_ms(self) -> int:
+        """The server's clock in milliseconds (``TIME``): the clock leases are written on.
+
+        On a Cluster, the clock of redis-py's default node (each record's lease is judged
+        by the node that holds it; keep the nodes' clocks in sync). Retried and translated
+        like every operation: an unreachable server raises
+        :class:`~langchain_idempotent.errors.StoreUnavailableError`.
+        """
+        try:
+            client = self._sync()
+            reply = self._retrying(lambda: client.execute_command("TIME"))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+        return self._time_ms(reply)
+
+    async def anow_ms(self) -> int:
+        client = self._async()
+        try:
+            reply = await self._aretrying(lambda: client.execute_command("TIME"))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+        return self._time_ms(reply)
+
+    @staticmethod
+    def _time_ms(reply: Any) -> int:
+        seconds, micros = reply[0], reply[1]  # redis-py: (seconds, microseconds)
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def describe(self) -> dict[str, Any]:
+        """What the servers behind this store say about themselves, for ``doctor``.
+
+        ``{"kind": "redis", "topology": "standalone" | "sentinel" | "cluster", "prefix",
+        "replicas" (the ``replicas=`` this store waits for), "servers": [...]}``: one entry
+        per server the store writes to (the master; on a Cluster, every primary), each with
+        its ``address`` (``host:port``, or the socket path), the ``INFO`` fields of
+        :attr:`_INFO_FIELDS` (``None`` where absent) and the ``CONFIG GET`` values of
+        :attr:`_CONFIG_FIELDS` (``None`` where ``CONFIG`` is refused, as on managed
+        services). No password. Uses the store's own sync client.
+        """
+        try:
+            client = self._sync()
+            topology, servers = self._retrying(lambda: self._describe_servers(client))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+        return {
+            "kind": "redis",
+            "topology": topology,
+            "prefix": self._prefix,
+            "replicas": self._durability.replicas,
+            "servers": servers,
+        }
+
+    def _describe_servers(self, client: Any) -> tuple[str, builtins.list[dict[str, Any]]]:
+        """The topology, and one entry per server written to (redis-py is untyped here)."""
+        pool: Any = getattr(client, "connection_pool", None)
+        if isinstance(client, redis.RedisCluster):
+            primaries: Any = client.get_primaries
+            servers = [
+                self._describe_server(client, node.name, {"target_nodes": node})
+                for node in primaries()
+            ]
+            return "cluster", sorted(servers, key=lambda s: str(s["address"]))
+        if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+            master: Any = pool.get_master_address
+            host, port = master()
+            return "sentinel", [self._describe_server(client, f"{host}:{port}", {})]
+        conn = pool.connection_kwargs
+        address = conn.get("path") or f"{conn.get('host', 'localhost')}:{conn.get('port', 6379)}"
+        return "standalone", [self._describe_server(client, str(address), {})]
+
+    def _describe_server(
+        self, client: Any, address: str, target: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        info = client.execute_command("INFO", **target)
+        server: dict[str, Any] = {"address": address}
+        for name in self._INFO_FIELDS:
+            value = info.get(name)
+            server[name] = self._text(value) if isinstance(value, bytes) else value
+        for name in self._CONFIG_FIELDS:
+            try:
+                reply = client.execute_command("CONFIG", "GET", name, **target)
+            except ResponseError:  # CONFIG refused (NOPERM, renamed away, a managed service)
+                server[name] = None
+                continue
+            found = [v for k, v in dict(reply).items() if self._text(k) == name]
+            server[name] = self._text(found[0]) if found else None
+        return server
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+    # == END the store's clock and facts ================================================
+
 
 # -- the sync fast path ------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ Spec:
   returns, commit. ``BEGIN IMMEDIATE`` takes SQLite's write lock before the read, so threads
   and processes on one host never interleave a read-decide-write. Lock waits are bounded by
   ``busy_timeout`` seconds (default 30).
-- **Time.** The host clock (``clock``, seconds; default :func:`time.time`), read *after* the
-  write lock is taken. One host, one clock: the store is for processes on one machine.
+- **Time.** The host clock (``clock``, seconds; default :func:`time.time`; ``now_ms()``
+  reads it), read *after* the write lock is taken. One host, one clock: the store is for
+  processes on one machine.
 - **Retention.** A claim keeps the row ``max(ttl, lease)`` past now, a completion ``ttl``
   past now, a renewal at least ``lease`` past now, a release does not change it. A row
   past its expiry is absent to every operation; every 64th write transaction deletes up
@@ -51,6 +52,7 @@ import itertools
 import json
 import logging
 import os
+import pathlib
 import re
 import sqlite3
 import threading
@@ -61,6 +63,7 @@ from datetime import timedelta
 from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from .._durations import to_seconds
 from ..errors import CorruptRecordError, StoreUnavailableError
 from ..protocol import decide_claim, decide_complete, decide_release, decide_renew
 from ..record import FORMAT_VERSION, Claim, Completion, ExpiredPolicy, Record, State
@@ -140,9 +143,13 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
             raise ValueError(f'synchronous must be "NORMAL" or "FULL", got {synchronous!r}')
         self._path = os.path.abspath(raw)
         self._table = table
-        self._busy_timeout = _seconds(busy_timeout, "busy_timeout")
-        self._synchronous = sync
-        self._poll_interval = max(_FIRST_POLL, _seconds(poll_interval, "poll_interval"))
+        self._busy_timeout = to_seconds(
+            busy_timeout, "busy_timeout", allow_zero=True, allow_inf=True
+        )
+        self._synchronous: Synchronous = "FULL" if sync == "FULL" else "NORMAL"
+        self._poll_interval = max(
+            _FIRST_POLL, to_seconds(poll_interval, "poll_interval", allow_zero=True, allow_inf=True)
+        )
         self._clock = clock
         self._writes = itertools.count(1)
         self._schema_ready = False
@@ -175,13 +182,28 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         options: dict[str, Any] = {}
         for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
             if name in ("busy_timeout", "poll_interval"):
-                options[name] = float(value)
+                options[name] = to_seconds(value, name, allow_zero=True, allow_inf=True)
             elif name in ("table", "synchronous"):
                 options[name] = value
             else:
                 raise ValueError(f"unknown sqlite URL option {name!r} in {url!r}")
         options.update(kwargs)
         return cls(path, **options)
+
+    @property
+    def path(self) -> str:
+        """The database file (absolute path)."""
+        return self._path
+
+    @property
+    def table(self) -> str:
+        """The records table."""
+        return self._table
+
+    @property
+    def synchronous(self) -> Synchronous:
+        """``"NORMAL"`` or ``"FULL"`` (see "Durability" in the module docstring)."""
+        return self._synchronous
 
     def __repr__(self) -> str:
         return f"SqliteIdempotencyStore({self._path!r}, table={self._table!r})"
@@ -280,7 +302,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
             row = db.execute(
                 f"SELECT {_COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
             ).fetchone()
-        return self._live(key, row, self._now())[0]
+        return self._live(key, row, self.now_ms())[0]
 
     # -- watch ---------------------------------------------------------------------------
 
@@ -335,7 +357,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         limit: int | None = None,
     ) -> list[Record]:
         where, params = self._filter(namespace, thread_id)
-        now = self._now()
+        now = self.now_ms()
         with self._connection(None) as db:
             rows = db.execute(
                 f"SELECT {_COLUMNS}, expires_at FROM {self._table} "
@@ -371,10 +393,66 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         for conn in idle:
             self._dispose(conn)
 
-    # -- transactions --------------------------------------------------------------------
+    # -- the store's clock and facts -----------------------------------------------------
 
-    def _now(self) -> int:
+    def now_ms(self) -> int:
+        """The store's clock: ``clock()`` in milliseconds (the host clock by default)."""
         return int(self._clock() * 1000)
+
+    async def anow_ms(self) -> int:
+        return self.now_ms()
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the file, read without creating or changing it.
+
+        ``kind`` (``"sqlite"``), ``path``, ``table``, ``synchronous``, ``exists``,
+        ``journal_mode`` (``None`` when there is no file), ``has_table``, ``size_bytes``
+        (the file and its WAL) and ``records`` (live ones). A file SQLite cannot read
+        raises :class:`~langchain_idempotent.errors.StoreUnavailableError`.
+        """
+        facts: dict[str, Any] = {
+            "kind": "sqlite",
+            "path": self._path,
+            "table": self._table,
+            "synchronous": self._synchronous,
+            "exists": os.path.exists(self._path),
+            "journal_mode": None,
+            "has_table": False,
+            "size_bytes": 0,
+            "records": 0,
+        }
+        if not facts["exists"]:
+            return facts
+        facts["size_bytes"] = sum(
+            os.path.getsize(p) for p in (self._path, self._path + "-wal") if os.path.exists(p)
+        )
+        read_only = pathlib.Path(self._path).as_uri() + "?mode=ro"
+        try:
+            db = sqlite3.connect(read_only, uri=True, timeout=self._busy_timeout)
+            try:
+                journal = db.execute("PRAGMA journal_mode").fetchone()[0]
+                facts["journal_mode"] = str(journal).lower()
+                facts["has_table"] = (
+                    db.execute(
+                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (self._table,),
+                    ).fetchone()
+                    is not None
+                )
+                if facts["has_table"]:
+                    facts["records"] = db.execute(
+                        f"SELECT count(*) FROM {self._table} WHERE expires_at > ?",
+                        (self.now_ms(),),
+                    ).fetchone()[0]
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(
+                f"SQLite idempotency store {self._path} cannot be read: {exc}"
+            ) from exc
+        return facts
+
+    # -- transactions --------------------------------------------------------------------
 
     def _transact(
         self,
@@ -405,7 +483,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         with self._connection(key) as db:
             db.execute("BEGIN IMMEDIATE")
             try:
-                now = self._now()  # after the write lock: waits never age a decision
+                now = self.now_ms()  # after the write lock: waits never age a decision
                 out = body(db, now)
                 if next(self._writes) % _SWEEP_EVERY == 0:
                     db.execute(
@@ -622,7 +700,7 @@ class _Probe:
 
     def __call__(self) -> bool:
         rec = self.store.get(self.key)
-        now = self.store._now()
+        now = self.store.now_ms()
         if rec is None or not rec.lease_live(now) or rec.fence != self.fence:
             self.changed = True
         else:
@@ -664,13 +742,6 @@ def _decode(key: str, row: Any, table: str) -> Record:
 
 def _expired(expires: object, now: int) -> bool:
     return type(expires) is int and expires <= now
-
-
-def _seconds(value: float | timedelta, name: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds >= 0:
-        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
-    return seconds
 
 
 def _restore(

@@ -1,0 +1,269 @@
+"""``langchain-idempotent``: look at, clean up and repair idempotency records.
+
+::
+
+    langchain-idempotent ls      [--namespace N] [--thread T] [--limit K] [--json]
+    langchain-idempotent show    KEY [--json]
+    langchain-idempotent purge   --thread T [--namespace N] [--yes]
+    langchain-idempotent delete  KEY [--yes]
+    langchain-idempotent resolve KEY (--result JSON | --text TEXT | --free) [--force] [--yes]
+    langchain-idempotent doctor  [--pings N] [--strict] [--json]
+
+Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…``,
+``rediss://…``, ``unix://…``, ``redis+cluster://…``, ``rediss+cluster://…``,
+``sqlite:///relative.db``, ``sqlite:////absolute.db``, ``memory://``), parsed by the same
+:func:`~langchain_idempotent.stores._url.parse_store_url`; without it the URL comes from
+``IDEMPOTENCY_STORE_URL``, ``IDEMPOTENCY_REDIS_URL``, ``REDIS_URL`` or
+``IDEMPOTENCY_SQLITE_PATH``, in that order (``IDEMPOTENCY_REDIS_PREFIX`` sets the key
+prefix, as for the library). Every command works through the store's own API, so
+Sentinel, Cluster, TLS and the key prefix apply as they do for the application.
+
+- Times are read on the store's clock (``store.now_ms()``: Redis ``TIME``), like leases.
+  A running record whose lease has passed without a result is shown as ``running
+  (expired)``: its outcome is unknown (the tool may or may not have done its effect).
+- Payloads are decoded with the library's strict serializer (no pickle, an allow-list of
+  types); one that cannot be decoded is reported, never executed.
+- Nothing is deleted or written without confirmation: on a terminal the command asks,
+  elsewhere it needs ``--yes``.
+- ``resolve`` acts only on a record whose lease has passed without a result (or a live
+  one with ``--force``), with the record's own owner and fence, so it cannot overwrite a
+  result that another caller stored meanwhile.
+
+Exit status: 0 done; 1 the store could not be reached, the record is missing or in a
+state the command does not apply to, or the operator declined; 2 bad arguments;
+3 ``doctor --strict`` found a risk.
+
+The package: this module (``main``, the argument parser, confirmation and redaction),
+:mod:`.records` (``ls``, ``show``, ``purge``, ``delete``, ``resolve``) and :mod:`.doctor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+from .._durations import to_seconds
+
+if TYPE_CHECKING:
+    from ..settings import IdempotencySettings
+
+__all__ = ["main"]
+
+PROG = "langchain-idempotent"
+
+#: The schemes named in ``--url``'s help (a test checks them against ``parse_store_url``).
+URL_HELP = (
+    "store URL: redis://…, rediss://…, unix://…, redis+cluster://…, rediss+cluster://…, "
+    "sqlite:///path.db or memory:// (default: $IDEMPOTENCY_STORE_URL, "
+    "$IDEMPOTENCY_REDIS_URL, $REDIS_URL, $IDEMPOTENCY_SQLITE_PATH)"
+)
+
+
+class _Refused(Exception):
+    """The command cannot go on; the message says why (exit status 1, or ``code``)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- entry point ------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (``langchain-idempotent --help``)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else 2
+
+    # Imported only once a command runs, so that --help and usage errors stay cheap: the
+    # settings load pydantic-settings and, through the policy, LangGraph's serializer; a
+    # store loads its client library (redis-py).
+    from pydantic import ValidationError
+
+    from ..errors import CorruptRecordError, IdempotencyError
+    from ..settings import IdempotencySettings
+    from ..stores._url import parse_store_url
+    from ..stores.sqlite import SqliteIdempotencyStore
+    from . import doctor, records
+
+    commands: dict[str, Callable[..., int]] = {
+        "ls": records.ls,
+        "show": records.show,
+        "purge": records.purge,
+        "delete": records.delete,
+        "resolve": records.resolve,
+        "doctor": doctor.run,
+    }
+    out, err = sys.stdout, sys.stderr
+    try:
+        settings = IdempotencySettings()
+        url = args.url or _url_from_env(settings)
+        target = parse_store_url(url)
+        store = target.build(redis_prefix=settings.redis_prefix)
+    except ValidationError as exc:
+        print(f"{PROG}: error: invalid IDEMPOTENCY_* environment: {exc}", file=err)
+        return 2
+    except (ValueError, ImportError) as exc:
+        print(f"{PROG}: error: {exc}", file=err)
+        return 2
+    if target.kind == "memory" and args.command != "doctor":
+        print(
+            f"{PROG}: note: memory:// is a new, empty store in this process; point --url at "
+            "your application's Redis or SQLite store",
+            file=err,
+        )
+    try:
+        if (
+            isinstance(store, SqliteIdempotencyStore)
+            and args.command != "doctor"
+            and not os.path.exists(store.path)
+        ):
+            raise _Refused(
+                f"no SQLite database at {store.path}; check --url (sqlite:///relative.db, "
+                "sqlite:////absolute/path.db)"
+            )
+        return commands[args.command](args, store=store, url=url, settings=settings, out=out)
+    except _Refused as exc:
+        print(f"{PROG}: {exc}", file=err)
+        return exc.code
+    except CorruptRecordError as exc:
+        print(f"{PROG}: corrupt record: {exc}", file=err)
+        return 1
+    except (IdempotencyError, OSError) as exc:  # the store's errors, through its boundary
+        print(f"{PROG}: error: cannot use the store at {_redact(url)}: {exc}", file=err)
+        return 1
+    finally:
+        store.close()
+
+
+def _url_from_env(settings: IdempotencySettings) -> str:
+    if settings.store_url or settings.redis_url:
+        return str(settings.store_url or settings.redis_url)
+    if settings.sqlite_path:
+        return "sqlite:///" + os.path.abspath(settings.sqlite_path)
+    raise ValueError(
+        "no store given: pass --url redis://host:6379/0 (or sqlite:///path.db), or set "
+        "IDEMPOTENCY_STORE_URL, IDEMPOTENCY_REDIS_URL, REDIS_URL or IDEMPOTENCY_SQLITE_PATH"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help=URL_HELP)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect and repair the records of langchain-idempotent "
+        "(leases and memoized tool results).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ls = sub.add_parser("ls", parents=[common], help="list records")
+    ls.add_argument("--namespace", help="only this namespace")
+    ls.add_argument("--thread", help="only this thread id")
+    ls.add_argument("--limit", type=_positive_int, help="at most this many (oldest first)")
+    ls.add_argument("--json", action="store_true", help="one JSON document")
+
+    show = sub.add_parser("show", parents=[common], help="one record, payload decoded")
+    show.add_argument("key")
+    show.add_argument("--json", action="store_true", help="one JSON document")
+
+    purge = sub.add_parser("purge", parents=[common], help="delete every record of a thread")
+    purge.add_argument("--thread", required=True, type=_non_empty, help="thread id")
+    purge.add_argument("--namespace", help="only in this namespace")
+    purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    delete = sub.add_parser(
+        "delete", parents=[common], help="delete one record (also an unreadable one)"
+    )
+    delete.add_argument("key")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    resolve = sub.add_parser(
+        "resolve", parents=[common], help="settle a record whose outcome is unknown"
+    )
+    resolve.add_argument("key")
+    what = resolve.add_mutually_exclusive_group(required=True)
+    what.add_argument("--result", metavar="JSON", help="store this JSON value as the result")
+    what.add_argument("--text", help="store this string as the result")
+    what.add_argument("--free", action="store_true", help="free the key: the next call runs")
+    resolve.add_argument(
+        "--force", action="store_true", help="also act on a live lease (its owner is hung)"
+    )
+    resolve.add_argument(
+        "--ttl",
+        type=_seconds("--ttl"),
+        help="seconds to keep a stored result (default: $IDEMPOTENCY_TTL or 86400)",
+    )
+    resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    doctor = sub.add_parser(
+        "doctor", parents=[common], help="check the store and what puts records at risk"
+    )
+    doctor.add_argument("--pings", type=_positive_int, default=10, help="latency samples")
+    doctor.add_argument("--strict", action="store_true", help="exit 3 when a risk is found")
+    doctor.add_argument("--json", action="store_true", help="one JSON document")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _seconds(name: str) -> Callable[[str], float]:
+    """An argparse type: a positive, finite duration in seconds (the library's parser)."""
+
+    def parse(text: str) -> float:
+        try:
+            return to_seconds(text, name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+# -- shared by the commands ---------------------------------------------------------------
+
+
+def _confirm(question: str, *, yes: bool) -> None:
+    """Go on only with ``--yes`` or a "y" typed on a terminal."""
+    if yes:
+        return
+    stdin = sys.stdin
+    if stdin is None or stdin.closed or not stdin.isatty():
+        raise _Refused(
+            f"{question}\nnot confirmed: standard input is not a terminal; add --yes to "
+            "confirm from a script",
+        )
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        raise _Refused("aborted: nothing was changed")
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))

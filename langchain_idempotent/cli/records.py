@@ -1,0 +1,359 @@
+"""The record commands: ``ls``, ``show``, ``purge``, ``delete``, ``resolve``.
+
+Each reads records through the store's own API, times them on the store's clock
+(``store.now_ms()``), and writes only through the store's compare-and-set operations
+(``resolve``) or after confirmation (``purge``, ``delete``, ``resolve``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pydantic_core import to_jsonable_python
+
+from ..errors import CorruptRecordError, IdempotencyError
+from ..record import Record, State
+from ..serde import ResultSerializer
+from . import PROG, _confirm, _redact, _Refused
+
+if TYPE_CHECKING:
+    from ..settings import IdempotencySettings
+    from ..stores.base import BaseIdempotencyStore
+
+__all__ = ["delete", "ls", "purge", "resolve", "show"]
+
+_MAX_SHOWN = 4000
+
+
+# -- ls ---------------------------------------------------------------------------------
+
+
+def ls(
+    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
+) -> int:
+    records = store.list(namespace=args.namespace, thread_id=args.thread, limit=args.limit)
+    now = store.now_ms()
+    if args.json:
+        docs = [_summary(rec, now) for rec in records]
+        print(json.dumps({"records": docs, "count": len(docs)}, indent=2), file=out)
+        return 0
+    if not records:
+        print("no records", file=out)
+        return 0
+    header = ("KEY", "STATE", "AGE", "ATTEMPT", "FENCE", "TOOL", "THREAD")
+    rows = [
+        (
+            rec.key,
+            _state_label(rec, now),
+            _duration(now - rec.created_at),
+            str(rec.attempt),
+            str(rec.fence),
+            rec.meta.get("tool", ""),
+            rec.meta.get("thread_id", ""),
+        )
+        for rec in records
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        print(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
+        )
+    print(f"{len(rows)} record(s)", file=out)
+    return 0
+
+
+def _status(rec: Record, now: int) -> str:
+    """``running``, ``outcome_unknown`` (a passed lease, no result), ``completed``, …"""
+    if rec.state is State.RUNNING and rec.lease_until <= now:
+        return "outcome_unknown"
+    return rec.state.value
+
+
+def _state_label(rec: Record, now: int) -> str:
+    return "running (expired)" if _status(rec, now) == "outcome_unknown" else rec.state.value
+
+
+def _summary(rec: Record, now: int) -> dict[str, Any]:
+    return {
+        "key": rec.key,
+        "state": rec.state.value,
+        "status": _status(rec, now),
+        "namespace": rec.meta.get("namespace"),
+        "thread_id": rec.meta.get("thread_id"),
+        "tool": rec.meta.get("tool"),
+        "node": rec.meta.get("node"),
+        "graph_path": rec.meta.get("graph_path"),
+        "attempt": rec.attempt,
+        "fence": rec.fence,
+        "owner": rec.owner,
+        "lease_left_ms": max(0, rec.lease_until - now) if rec.state is State.RUNNING else None,
+        "age_s": round((now - rec.created_at) / 1000, 3),
+        "created_at": _iso(rec.created_at),
+        "updated_at": _iso(rec.updated_at),
+        "fingerprint": rec.fingerprint,
+        "version": rec.version,
+        "payload_bytes": None if rec.payload is None else len(rec.payload),
+        "meta": dict(rec.meta),
+    }
+
+
+def _duration(ms: int) -> str:
+    s = max(0, ms) // 1000
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+# -- show -------------------------------------------------------------------------------
+
+
+def show(
+    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
+) -> int:
+    rec = _existing(store, args.key)
+    now = store.now_ms()
+    doc = _summary(rec, now)
+    decoded, problem = _decode(rec)
+    if args.json:
+        if problem is not None:
+            doc["payload_error"] = problem
+        elif rec.state is State.FAILED:
+            doc["error"] = decoded
+        elif rec.state is State.COMPLETED:
+            doc["result"] = to_jsonable_python(decoded, fallback=repr, bytes_mode="base64")
+        print(json.dumps(doc, indent=2, ensure_ascii=False), file=out)
+        return 1 if problem else 0
+
+    status = doc["status"]
+    lines = [
+        ("key", rec.key),
+        ("state", _state_label(rec, now)),
+        ("namespace", doc["namespace"]),
+        ("thread", doc["thread_id"]),
+        ("tool", doc["tool"]),
+        ("node", doc["node"]),
+        ("graph path", doc["graph_path"]),
+        ("attempt", rec.attempt),
+        ("fence", rec.fence),
+        ("owner", rec.owner or "-"),
+        ("lease", _lease_text(rec, now)),
+        ("created", f"{doc['created_at']} ({_duration(now - rec.created_at)} ago)"),
+        ("updated", f"{doc['updated_at']} ({_duration(now - rec.updated_at)} ago)"),
+        ("fingerprint", rec.fingerprint),
+        ("format", f"version {rec.version}"),
+        ("payload", "-" if rec.payload is None else f"{len(rec.payload)} bytes"),
+    ]
+    for name, value in lines:
+        print(f"{name + ':':<13}{'' if value is None else value}", file=out)
+    if status == "outcome_unknown":
+        print(
+            "\nThe lease passed without a result: the tool may or may not have done its "
+            "effect. Check downstream (the key was passed as the idempotency key), then "
+            f"run `{PROG} resolve {rec.key} --result JSON` (or --free to run it again).",
+            file=out,
+        )
+    if problem is not None:
+        print(f"\npayload cannot be decoded (it was not executed): {problem}", file=out)
+        return 1
+    if rec.state is State.FAILED:
+        print(f"\nerror (re-raised on replay): {decoded['type']}: {decoded['message']}", file=out)
+    elif rec.state is State.COMPLETED:
+        print(f"\nresult ({type(decoded).__name__}):", file=out)
+        print(_clip(_render(decoded)), file=out)
+    return 0
+
+
+def _existing(store: BaseIdempotencyStore, key: str) -> Record:
+    rec = store.get(key)
+    if rec is None:
+        raise _Refused(f"no record under key {key!r} (expired, purged, or never written)")
+    return rec
+
+
+def _decode(rec: Record) -> tuple[Any, str | None]:
+    """The stored result (or failure) decoded strictly, or ``(None, why it failed)``."""
+    if rec.state not in (State.COMPLETED, State.FAILED):
+        return None, None
+    serializer = ResultSerializer()
+    try:
+        if rec.state is State.FAILED:
+            failure = serializer.loads_failure(rec.payload, key=rec.key)
+            return {"type": failure.type, "message": failure.message}, None
+        return serializer.loads(rec.payload, key=rec.key), None
+    except CorruptRecordError as exc:
+        return None, str(exc)
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    doc = to_jsonable_python(value, fallback=repr, bytes_mode="base64")
+    return json.dumps(doc, indent=2, ensure_ascii=False)
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MAX_SHOWN:
+        return text
+    return f"{text[:_MAX_SHOWN]}\n… ({len(text) - _MAX_SHOWN} more characters; use --json)"
+
+
+def _lease_text(rec: Record, now: int) -> str:
+    if rec.state is not State.RUNNING:
+        return "-"
+    left = rec.lease_until - now
+    if left > 0:
+        return f"live, {left / 1000:.1f}s left"
+    return f"expired {_duration(-left)} ago"
+
+
+# -- purge ------------------------------------------------------------------------------
+
+
+def purge(
+    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
+) -> int:
+    records = store.list(namespace=args.namespace, thread_id=args.thread)
+    where = f"thread {args.thread!r}" + (
+        f" in namespace {args.namespace!r}" if args.namespace else " (every namespace)"
+    )
+    if not records:
+        print(f"no records for {where}", file=out)
+        return 0
+    now = store.now_ms()
+    live = sum(1 for rec in records if rec.lease_live(now))
+    warning = (
+        f" {live} of them hold a live lease: their tools may be running, and deleting the "
+        "record lets a duplicate call run too."
+        if live
+        else ""
+    )
+    _confirm(
+        f"Delete {len(records)} record(s) of {where} from {_redact(url)}?{warning} "
+        "Their calls will run again if retried.",
+        yes=args.yes,
+    )
+    deleted = store.purge(thread_id=args.thread, namespace=args.namespace)
+    print(f"deleted {deleted} record(s) of {where}", file=out)
+    return 0
+
+
+# -- delete -----------------------------------------------------------------------------
+
+
+def delete(
+    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
+) -> int:
+    try:
+        rec = _existing(store, args.key)
+    except CorruptRecordError as exc:  # the one record `show` and `resolve` cannot act on
+        what, warning = f"unreadable: {exc}", ""
+    else:
+        now = store.now_ms()
+        what = f"{_state_label(rec, now)}, tool {rec.meta.get('tool', '?')!r}"
+        warning = (
+            " It holds a live lease: its tool may be running, and deleting the record lets "
+            "a duplicate call run too."
+            if rec.lease_live(now)
+            else ""
+        )
+    _confirm(
+        f"Delete record {args.key} ({what}) from {_redact(url)}?{warning} Its call will run "
+        "again if retried.",
+        yes=args.yes,
+    )
+    if not store.delete(args.key):
+        raise _Refused(f"no record under key {args.key!r}: it expired or was deleted meanwhile")
+    print(f"deleted record {args.key}", file=out)
+    return 0
+
+
+# -- resolve ----------------------------------------------------------------------------
+
+
+def resolve(
+    args: argparse.Namespace,
+    *,
+    store: BaseIdempotencyStore,
+    url: str,
+    out: TextIO,
+    settings: IdempotencySettings,
+    **_: Any,
+) -> int:
+    payload = None if args.free else _payload(args)
+    rec = _existing(store, args.key)
+    if rec.done:
+        raise _Refused(
+            f"record {rec.key} is already {rec.state.value}: nothing to resolve (its result "
+            f"replays to every call; `{PROG} show {rec.key}` shows it)"
+        )
+    now = store.now_ms()
+    if rec.lease_live(now) and not args.force:
+        raise _Refused(
+            f"record {rec.key} holds a live lease ({(rec.lease_until - now) / 1000:.1f}s left, "
+            f"attempt {rec.attempt}): its tool may still be running. Wait for the lease to "
+            "pass, or add --force if you know that owner is hung"
+        )
+    if payload is None and rec.state is State.FREE:
+        print(f"record {rec.key} is already free: the next call runs the tool", file=out)
+        return 0
+    who = (
+        f"tool {rec.meta.get('tool', '?')!r}, thread {rec.meta.get('thread_id', '?')!r}, "
+        f"attempt {rec.attempt}, fence {rec.fence}"
+    )
+    if payload is None:
+        _confirm(f"Free {rec.key} ({who})? The next call runs the tool again.", yes=args.yes)
+        if not store.release(rec.key, owner=rec.owner, fence=rec.fence):
+            raise _Refused(
+                f"record {rec.key} changed since it was read (another caller claimed or "
+                f"completed it); nothing was done. `{PROG} show {rec.key}` shows it now"
+            )
+        print(f"freed {rec.key}: the next call runs the tool (fence {rec.fence + 1})", file=out)
+        return 0
+
+    _confirm(f"Store this result for {rec.key} ({who})? Every later call replays it.", yes=args.yes)
+    ttl = args.ttl if args.ttl is not None else settings.ttl
+    completion = store.complete(
+        rec.key,
+        owner=rec.owner,
+        fence=rec.fence,
+        fingerprint=rec.fingerprint,
+        payload=payload,
+        failed=False,
+        ttl_ms=max(1, int(ttl * 1000)),
+        meta=rec.meta,
+    )
+    if not completion.stored:
+        raise _Refused(
+            f"another result was stored for {rec.key} meanwhile; it stands (`{PROG} show "
+            f"{rec.key}`)"
+        )
+    print(f"stored the result for {rec.key}: later calls replay it", file=out)
+    return 0
+
+
+def _payload(args: argparse.Namespace) -> bytes:
+    if args.text is not None:
+        value: Any = args.text
+    else:
+        try:
+            value = json.loads(args.result)
+        except json.JSONDecodeError as exc:
+            raise _Refused(
+                f"--result must be JSON ({exc}); quote a string as '\"text\"' or use --text",
+                code=2,
+            ) from None
+    try:
+        return ResultSerializer().dumps(value)
+    except (IdempotencyError, ValueError) as exc:
+        raise _Refused(f"cannot store that result: {exc}", code=2) from None
