@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,10 +27,21 @@ import redis
 from langchain_core.messages import ToolMessage
 
 from langchain_idempotent import Engine, Policy, get_idempotency_context, store_from_url
-from langchain_idempotent.cli import main
+from langchain_idempotent.cli import URL_HELP, main
+from langchain_idempotent.cli.doctor import diagnose
+from langchain_idempotent.errors import StoreUnavailableError
 from langchain_idempotent.record import State
+from langchain_idempotent.stores._url import SCHEMES, parse_store_url
 from langchain_idempotent.stores.base import BaseIdempotencyStore
-from tests.support.redis_servers import RedisServer, free_port, redis_server_available
+from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
+from langchain_idempotent.stores.redis import RedisIdempotencyStore
+from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+from tests.support.redis_servers import (
+    RedisCluster,
+    RedisServer,
+    free_port,
+    redis_server_available,
+)
 
 needs_redis = pytest.mark.skipif(not redis_server_available(), reason="redis-server not on PATH")
 BACKENDS = [pytest.param("redis", marks=[needs_redis, pytest.mark.redis]), "sqlite"]
@@ -644,3 +657,399 @@ def test_the_console_entry_runs_as_a_separate_process(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "state:       completed" in shown.stdout
     assert "refund r_1 issued" in shown.stdout
+
+
+# -- every URL scheme, every command ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis"),
+        ("rediss://127.0.0.1:6380/0", "redis"),
+        ("unix:///tmp/redis.sock", "redis"),
+        ("redis+cluster://127.0.0.1:7000", "redis"),
+        ("REDISS+CLUSTER://127.0.0.1:7000", "redis"),
+        ("sqlite:///idem.db", "sqlite"),
+        ("memory://", "memory"),
+    ],
+)
+def test_one_parser_names_the_kind_of_every_accepted_url(url: str, kind: str) -> None:
+    assert parse_store_url(url).kind == kind
+
+
+@pytest.mark.parametrize("url", ["postgres://db/x", "mongodb://h/db", "idem.db", ""])
+def test_an_unsupported_url_is_refused_naming_every_accepted_scheme(url: str) -> None:
+    with pytest.raises(ValueError, match="unsupported store URL") as raised:
+        parse_store_url(url)
+    for scheme in SCHEMES:
+        assert f"{scheme}:/" in str(raised.value)
+    with pytest.raises(ValueError, match="unsupported store URL"):
+        store_from_url(url)
+
+
+def test_the_url_help_names_every_scheme_the_parser_accepts() -> None:
+    for scheme in SCHEMES:
+        assert f"{scheme}://" in URL_HELP
+
+
+def seed(store: BaseIdempotencyStore) -> None:
+    """One record whose owner crashed (lease passed, no result) under key ``k``, thread t1."""
+    Backend("", store).expired("k", thread="t1")
+
+
+def run_every_command(capsys: pytest.CaptureFixture[str], url: str, store: Any) -> None:
+    """Each of the six commands against ``url``, on a record seeded through ``store``."""
+    seed(store)
+    code, out, err = run(capsys, "ls", "--url", url)
+    assert (code, out.splitlines()[-1]) == (0, "1 record(s)"), err
+    assert "running (expired)" in out
+    code, out, err = run(capsys, "show", "k", "--url", url)
+    assert code == 0 and "resolve k --result JSON" in out, err
+    code, out, err = run(capsys, "doctor", "--url", url, "--pings", "2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["kind"] == parse_store_url(url).kind
+    code, out, err = run(capsys, "resolve", "k", "--free", "--yes", "--url", url)
+    assert code == 0 and "freed k" in out, err
+    code, out, err = run(capsys, "delete", "k", "--yes", "--url", url)
+    assert code == 0 and "deleted record k" in out, err
+    seed(store)
+    code, out, err = run(capsys, "purge", "--thread", "t1", "--yes", "--url", url)
+    assert code == 0 and "deleted 1 record(s)" in out, err
+    assert store.get("k") is None
+
+
+def test_every_command_works_on_a_sqlite_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'idem.db'}"
+    store = store_from_url(url)
+    run_every_command(capsys, url, store)
+
+
+@needs_redis
+def test_every_command_works_on_a_redis_url(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = f"cli-{uuid.uuid4().hex[:8]}:"
+    monkeypatch.setenv("IDEMPOTENCY_REDIS_PREFIX", prefix)
+    store = store_from_url(redis_server.url, redis_prefix=prefix)
+    run_every_command(capsys, redis_server.url, store)
+    store.close()
+
+
+@needs_redis
+def test_every_command_works_on_a_unix_socket_url(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="idem-sock-"))  # short: a socket path <= 107
+    sock = directory / "redis.sock"
+    try:
+        with RedisServer(unixsocket=str(sock), unixsocketperm="700"):
+            url = f"unix://{sock}"
+            store = store_from_url(url)
+            run_every_command(capsys, url, store)
+            store.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tls_server() -> Iterator[tuple[RedisServer, str]]:
+    """A standalone Redis with a TLS port (self-signed certificate), and its rediss:// URL."""
+    if not redis_server_available() or shutil.which("openssl") is None:
+        pytest.skip("redis-server or openssl is not on PATH")
+    directory = Path(tempfile.mkdtemp(prefix="idem-tls-"))
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    port = free_port()
+    try:
+        server = RedisServer(
+            tls_port=str(port),
+            tls_cert_file=str(cert),
+            tls_key_file=str(key),
+            tls_ca_cert_file=str(cert),
+            tls_auth_clients="no",
+        )
+    except RuntimeError as exc:  # a redis-server built without TLS
+        shutil.rmtree(directory, ignore_errors=True)
+        pytest.skip(f"redis-server cannot serve TLS: {exc}")
+    url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}&ssl_check_hostname=false"
+    yield server, url
+    server.close()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_every_command_works_on_a_rediss_url(
+    tls_server: tuple[RedisServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, url = tls_server
+    store = store_from_url(url)
+    run_every_command(capsys, url, store)
+    assert store.describe()["servers"][0]["address"].endswith(url.split(":")[2].split("/")[0])
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"],
+        ["show", "k"],
+        ["purge", "--thread", "t", "--yes"],
+        ["delete", "k", "--yes"],
+        ["resolve", "k", "--free", "--yes"],
+        ["doctor"],
+    ],
+)
+def test_every_command_takes_a_rediss_cluster_url_to_a_cluster_client(
+    argv: list[str], tls_server: tuple[RedisServer, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A TLS Cluster is not stood up here: the plain server answers the Cluster client that
+    # rediss+cluster:// builds (over TLS) that it is no cluster. The URL was accepted.
+    url = tls_server[1].replace("rediss://", "rediss+cluster://")
+    code, _, err = run(capsys, *argv, "--url", url)
+    assert code == 1, err
+    assert "cannot use the store at rediss+cluster://" in err
+    assert "cluster" in err.lower().split("rediss+cluster://", 1)[1]
+
+
+def test_every_command_takes_a_memory_url_and_sees_an_empty_store(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "ls", "--url", "memory://")
+    assert (code, out.strip()) == (0, "no records") and "new, empty store" in err
+    for argv in (["show", "k"], ["delete", "k", "--yes"], ["resolve", "k", "--free", "--yes"]):
+        code, _, err = run(capsys, *argv, "--url", "memory://")
+        assert code == 1 and "no record under key 'k'" in err
+    code, out, _ = run(capsys, "purge", "--thread", "t1", "--yes", "--url", "memory://")
+    assert code == 0 and "no records for thread 't1'" in out
+    code, out, _ = run(capsys, "doctor", "--url", "memory://", "--json")
+    assert code == 0 and json.loads(out)["facts"] == {"scope": "this process", "records": 0}
+
+
+@pytest.fixture(scope="module")
+def small_cluster() -> Iterator[RedisCluster]:
+    """Three primaries, no replicas (enough for one entry per primary)."""
+    if not redis_server_available():
+        pytest.skip("redis-server is not on PATH")
+    with RedisCluster(masters=3, replicas=0) as cluster:
+        yield cluster
+
+
+def test_every_command_works_on_a_redis_cluster_url(
+    small_cluster: RedisCluster, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = f"cli-{uuid.uuid4().hex[:8]}:"
+    monkeypatch.setenv("IDEMPOTENCY_REDIS_PREFIX", prefix)
+    url = small_cluster.url.replace("redis://", "redis+cluster://")
+    store = store_from_url(url, redis_prefix=prefix)
+    run_every_command(capsys, url, store)
+
+    backend = Backend(url, store, prefix)
+    for i in range(12):  # spread over the three primaries
+        backend.completed(f"k{i}", i, thread="t1")
+    code, out, _ = run(capsys, "ls", "--url", url)
+    assert (code, out.splitlines()[-1]) == (0, "12 record(s)")
+
+    code, out, _ = run(capsys, "doctor", "--url", url, "--json")
+    assert code == 0, out
+    facts = json.loads(out)["facts"]
+    primaries = sorted(f"127.0.0.1:{n.port}" for n in small_cluster.nodes)
+    assert facts["topology"] == "cluster"
+    assert sorted(facts["servers"]) == primaries
+    assert all(server["mode"] == "cluster" for server in facts["servers"].values())
+    findings = json.loads(out)["findings"]
+    for address in primaries:  # each primary is checked: no replica, no AOF
+        assert any(
+            f["topic"] == "replication" and f["message"].startswith(address) for f in findings
+        )
+    code, out, _ = run(capsys, "doctor", "--url", url)
+    assert code == 0 and "topology:" in out and "servers:" in out
+    store.close()
+
+
+# -- doctor, through the store's describe() -----------------------------------------------
+
+INFO_FIELDS = {
+    "redis_version",
+    "redis_mode",
+    "role",
+    "connected_slaves",
+    "master_link_status",
+    "maxmemory",
+    "maxmemory_policy",
+    "aof_enabled",
+    "rdb_changes_since_last_save",
+}
+CONFIG_FIELDS = {"appendfsync", "save", "min-replicas-to-write"}
+
+
+def test_the_memory_store_describes_its_records() -> None:
+    store = InMemoryIdempotencyStore()
+    assert store.describe() == {"kind": "memory", "records": 0}
+    seed(store)
+    assert store.describe() == {"kind": "memory", "records": 1}
+    report = diagnose(store)
+    assert report.kind == "memory" and report.facts["records"] == 1
+    assert [f.topic for f in report.risks] == ["scope"]
+
+
+def test_the_sqlite_store_describes_its_file_without_creating_it(tmp_path: Path) -> None:
+    missing = SqliteIdempotencyStore(tmp_path / "missing.db", synchronous="FULL")
+    facts = missing.describe()
+    assert facts == {
+        "kind": "sqlite",
+        "path": str(tmp_path / "missing.db"),
+        "table": "idempotency_records",
+        "synchronous": "FULL",
+        "exists": False,
+        "journal_mode": None,
+        "has_table": False,
+        "size_bytes": 0,
+        "records": 0,
+    }
+    assert not (tmp_path / "missing.db").exists()
+    assert (missing.path, missing.table, missing.synchronous) == (
+        str(tmp_path / "missing.db"),
+        "idempotency_records",
+        "FULL",
+    )
+
+    store = SqliteIdempotencyStore(tmp_path / "idem.db", table="records_v1")
+    seed(store)
+    facts = store.describe()
+    assert (facts["exists"], facts["journal_mode"], facts["has_table"]) == (True, "wal", True)
+    assert (facts["records"], facts["table"], facts["synchronous"]) == (1, "records_v1", "NORMAL")
+    assert facts["size_bytes"] > 0
+    report = diagnose(store)
+    assert report.facts["records"] == 1 and report.risks == []
+
+
+def test_a_sqlite_file_that_is_no_database_is_store_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "not.db"
+    path.write_bytes(b"this is not a SQLite database, just some text" * 100)
+    with pytest.raises(StoreUnavailableError, match="cannot be read"):
+        SqliteIdempotencyStore(path).describe()
+
+
+@needs_redis
+def test_the_redis_store_describes_its_server_with_info_and_config(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    store = store_from_url(redis_server.url, redis_prefix=redis_prefix)
+    facts = store.describe()
+    assert {k: v for k, v in facts.items() if k != "servers"} == {
+        "kind": "redis",
+        "topology": "standalone",
+        "prefix": redis_prefix,
+        "replicas": 0,
+    }
+    [server] = facts["servers"]
+    assert set(server) == {"address", *INFO_FIELDS, *CONFIG_FIELDS}
+    assert server["address"] == f"127.0.0.1:{redis_server.port}"
+    assert (server["role"], server["redis_mode"], server["save"]) == ("master", "standalone", "")
+    assert server["appendfsync"] in ("always", "everysec", "no")
+    json.dumps(facts)  # JSON-able as it is
+    report = diagnose(store, pings=3)
+    assert report.facts["latency_ms"]["pings"] == 3
+    assert report.facts["version"] == server["redis_version"]
+    store.close()
+
+
+@needs_redis
+def test_doctor_works_where_config_is_refused_and_never_prints_the_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with RedisServer() as server:
+        server.client().execute_command(
+            "ACL", "SETUSER", "app", "on", ">s3cret-pw", "~*", "&*", "+@all", "-config"
+        )
+        url = f"redis://app:s3cret-pw@127.0.0.1:{server.port}/0"
+        store = store_from_url(url)
+        [facts] = store.describe()["servers"]
+        assert {name: facts[name] for name in CONFIG_FIELDS} == dict.fromkeys(CONFIG_FIELDS)
+        assert facts["redis_version"]  # INFO is still allowed
+        store.close()
+        code, out, err = run(capsys, "doctor", "--url", url)
+        assert code == 0, err
+        assert "appendfsync:" in out and "(unknown)" in out
+        assert "s3cret-pw" not in out + err and "redis://app:***@127.0.0.1" in out
+
+
+@needs_redis
+def test_an_unreachable_redis_fails_through_the_store_boundary() -> None:
+    store = store_from_url(f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(StoreUnavailableError):
+        store.now_ms()
+    with pytest.raises(StoreUnavailableError):
+        store.describe()
+    with pytest.raises(StoreUnavailableError):
+        diagnose(store)
+
+
+# -- the store's clock ----------------------------------------------------------------------
+
+
+def test_every_store_must_tell_its_clock_and_describe_itself() -> None:
+    assert {"now_ms", "anow_ms", "describe"} <= BaseIdempotencyStore.__abstractmethods__
+
+
+@pytest.mark.parametrize("make", [InMemoryIdempotencyStore, "sqlite"])
+async def test_a_stores_now_ms_is_its_injected_clock(make: Any, tmp_path: Path) -> None:
+    seconds = [1_000_000.25]
+
+    def clock() -> float:
+        return seconds[0]
+
+    if make == "sqlite":
+        store: BaseIdempotencyStore = SqliteIdempotencyStore(tmp_path / "c.db", clock=clock)
+    else:
+        store = make(clock=clock)
+    assert store.now_ms() == 1_000_000_250
+    seconds[0] += 2.5
+    assert store.now_ms() == await store.anow_ms() == 1_000_002_750
+    store.close()
+
+
+@needs_redis
+async def test_the_redis_stores_now_ms_is_the_servers_time(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix)
+    client = redis_server.client()
+
+    def server_ms() -> int:
+        seconds, micros = client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    before = server_ms()
+    now, anow = store.now_ms(), await store.anow_ms()
+    after = server_ms()
+    assert before <= now <= anow <= after
+    client.close()
+    await store.aclose()
+
+
+# -- a cheap --help -------------------------------------------------------------------------
+
+
+def test_help_imports_neither_langchain_langgraph_nor_redis() -> None:
+    probe = (
+        "import sys\n"
+        "from langchain_idempotent.cli import main\n"
+        "assert main(['--help']) == 0\n"
+        "heavy = {'langchain', 'langchain_core', 'langgraph', 'redis'}\n"
+        "print(sorted(heavy & {name.split('.')[0] for name in sys.modules}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "[]"
