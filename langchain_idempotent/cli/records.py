@@ -31,9 +31,7 @@ _MAX_SHOWN = 4000
 # -- ls ---------------------------------------------------------------------------------
 
 
-def ls(
-    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
-) -> int:
+def ls(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **_: Any) -> int:
     records = store.list(namespace=args.namespace, thread_id=args.thread, limit=args.limit)
     now = store.now_ms()
     if args.json:
@@ -118,9 +116,7 @@ def _iso(ms: int) -> str:
 # -- show -------------------------------------------------------------------------------
 
 
-def show(
-    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
-) -> int:
+def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **_: Any) -> int:
     rec = _existing(store, args.key)
     now = store.now_ms()
     doc = _summary(rec, now)

@@ -1070,8 +1070,10 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             await client.aclose()
 
     # == BEGIN the store's clock and facts: now_ms, anow_ms, describe (issue 11) =========
-    # One self-contained block (OPERATOR): it uses the store's clients, its whole-operation
-    # retries and its error boundary (``_translate``), and nothing else from this module.
+    # One self-contained block (OPERATOR), to port as it is. It relies on the store's
+    # ``_sync``/``_async`` clients, ``_retrying``/``_aretrying``, ``_prefix``, ``_durability``,
+    # the error boundary (``_BACKEND_ERRORS``, ``_translate``) and the module's imports
+    # (``redis``, ``redis.sentinel``, ``ResponseError``, ``builtins``, ``Mapping``, ``Any``).
 
     #: The ``INFO`` fields ``describe`` reports for each server.
     _INFO_FIELDS = (
