@@ -322,7 +322,7 @@ def test_events_are_logged_to_langchain_idempotent_at_their_level(
 
 def test_the_library_installs_no_log_handler() -> None:
     import langchain_idempotent.cli
-    import langchain_idempotent.doctor
+    import langchain_idempotent.cli.doctor
     import langchain_idempotent.otel
     import langchain_idempotent.stores.redis
     import langchain_idempotent.stores.sqlite  # noqa: F401
