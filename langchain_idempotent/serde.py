@@ -310,7 +310,7 @@ def _type_changed(before: Any, after: Any, where: str) -> str:
     problem = f"{where} ({_type_name(before)}) would replay as {_type_name(after)}"
     if issubclass(was, Enum | BaseModel) or dataclasses.is_dataclass(was):
         return (
-            f"{problem}; pass allowed_types=[{was.__qualname__}] to idempotent(...) "
+            f"{problem}; pass allowed_types=[{was.__name__}] to idempotent(...) "
             "(enums, pydantic models and dataclasses a tool returns must be allowed)"
         )
     if issubclass(was, dict | list | tuple | str | bytes | int | float):
