@@ -4,115 +4,104 @@ Wrap a tool with :func:`idempotent` and every call made inside a graph runs at m
 per idempotency key (thread, graph path, node, tool and canonical arguments) while leases
 are honoured; retries, resumed threads and concurrent workers replay the stored result.
 
-Names are imported on first use, so ``import langchain_idempotent`` (and the CLI) stays
-cheap; LangChain and LangGraph load when the wrapper or the engine is first touched.
+Every public name is listed once, in ``_EXPORTS`` below, and imported on first use, so
+``import langchain_idempotent`` (and the CLI's ``--help``) loads neither LangChain,
+LangGraph, redis-py nor psycopg. A name whose optional dependency is missing raises an
+ImportError naming the extra to install (``agents`` for :class:`IdempotencyMiddleware`,
+``postgres`` for :class:`PostgresIdempotencyStore`).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from ._lazy import load
+
+#: Public name -> the module that defines it. ``__all__`` is this table's keys; the
+#: ``TYPE_CHECKING`` imports below repeat it for type checkers (a test keeps them equal).
 _EXPORTS: dict[str, str] = {
-    "IdempotencyContext": "context",
+    # the wrapper, the middleware and what a tool sees
+    "idempotent": "tool",
+    "IdempotentTool": "tool",
+    "IdempotencyMiddleware": "middleware",
     "get_idempotency_context": "context",
     "idempotency_scope": "context",
-    "Engine": "engine",
-    "CorruptRecordError": "errors",
+    "IdempotencyContext": "context",
+    "Policy": "policy",
+    # stores
+    "BaseIdempotencyStore": "stores.base",
+    "InMemoryIdempotencyStore": "stores.memory",
+    "SqliteIdempotencyStore": "stores.sqlite",
+    "RedisIdempotencyStore": "stores.redis",
+    "PostgresIdempotencyStore": "stores.postgres",
+    # errors
     "IdempotencyError": "errors",
     "InProgressError": "errors",
-    "InvalidArgumentsError": "errors",
+    "PayloadMismatchError": "errors",
     "LeaseLostError": "errors",
+    "StoreUnavailableError": "errors",
     "MissingScopeError": "errors",
     "OutcomeUnknownError": "errors",
-    "PayloadMismatchError": "errors",
+    "InvalidArgumentsError": "errors",
+    "UnstorableResultError": "errors",
     "ResultTooLargeError": "errors",
-    "StoreUnavailableError": "errors",
-    "EVENT_KINDS": "events",
-    "EventCounter": "events",
-    "IdempotencyEvent": "events",
-    "CallInfo": "keys",
-    "IdempotencyMiddleware": "middleware",
-    "Policy": "policy",
+    "CorruptRecordError": "errors",
+    # deployment and power users
     "IdempotencySettings": "settings",
     "store_from_url": "settings",
-    "BaseIdempotencyStore": "stores",
-    "InMemoryIdempotencyStore": "stores",
-    "SqliteIdempotencyStore": "stores",
-    "RedisIdempotencyStore": "stores",
-    "IdempotentTool": "tool",
-    "idempotent": "tool",
+    "Engine": "engine",
+    "CallInfo": "keys",
+    "IdempotencyEvent": "events",
+    "EventCounter": "events",
+    "EVENT_KINDS": "events",
 }
 
-__all__ = [
-    "EVENT_KINDS",
-    "BaseIdempotencyStore",
-    "CallInfo",
-    "CorruptRecordError",
-    "Engine",
-    "EventCounter",
-    "IdempotencyContext",
-    "IdempotencyError",
-    "IdempotencyEvent",
-    "IdempotencyMiddleware",
-    "IdempotencySettings",
-    "IdempotentTool",
-    "InMemoryIdempotencyStore",
-    "InProgressError",
-    "InvalidArgumentsError",
-    "LeaseLostError",
-    "MissingScopeError",
-    "OutcomeUnknownError",
-    "PayloadMismatchError",
-    "Policy",
-    "RedisIdempotencyStore",
-    "ResultTooLargeError",
-    "SqliteIdempotencyStore",
-    "StoreUnavailableError",
-    "get_idempotency_context",
-    "idempotency_scope",
-    "idempotent",
-    "store_from_url",
-]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'langchain_idempotent' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = load(__name__, module, name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(__all__)
 
 
 if TYPE_CHECKING:
-    from .context import IdempotencyContext, get_idempotency_context, idempotency_scope
-    from .engine import Engine
-    from .errors import (
-        CorruptRecordError,
-        IdempotencyError,
-        InProgressError,
-        InvalidArgumentsError,
-        LeaseLostError,
-        MissingScopeError,
-        OutcomeUnknownError,
-        PayloadMismatchError,
-        ResultTooLargeError,
-        StoreUnavailableError,
+    from .context import IdempotencyContext as IdempotencyContext
+    from .context import get_idempotency_context as get_idempotency_context
+    from .context import idempotency_scope as idempotency_scope
+    from .engine import Engine as Engine
+    from .errors import CorruptRecordError as CorruptRecordError
+    from .errors import IdempotencyError as IdempotencyError
+    from .errors import InProgressError as InProgressError
+    from .errors import InvalidArgumentsError as InvalidArgumentsError
+    from .errors import LeaseLostError as LeaseLostError
+    from .errors import MissingScopeError as MissingScopeError
+    from .errors import OutcomeUnknownError as OutcomeUnknownError
+    from .errors import PayloadMismatchError as PayloadMismatchError
+    from .errors import ResultTooLargeError as ResultTooLargeError
+    from .errors import StoreUnavailableError as StoreUnavailableError
+    from .errors import UnstorableResultError as UnstorableResultError
+    from .events import EVENT_KINDS as EVENT_KINDS
+    from .events import EventCounter as EventCounter
+    from .events import IdempotencyEvent as IdempotencyEvent
+    from .keys import CallInfo as CallInfo
+    from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
+    from .policy import Policy as Policy
+    from .settings import IdempotencySettings as IdempotencySettings
+    from .settings import store_from_url as store_from_url
+    from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
+    from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
+    from .stores.postgres import (  # type: ignore[import-not-found,unused-ignore]
+        PostgresIdempotencyStore as PostgresIdempotencyStore,
     )
-    from .events import EVENT_KINDS, EventCounter, IdempotencyEvent
-    from .keys import CallInfo
-    from .middleware import IdempotencyMiddleware
-    from .policy import Policy
-    from .settings import IdempotencySettings, store_from_url
-    from .stores import (
-        BaseIdempotencyStore,
-        InMemoryIdempotencyStore,
-        RedisIdempotencyStore,
-        SqliteIdempotencyStore,
-    )
-    from .tool import IdempotentTool, idempotent
+    from .stores.redis import RedisIdempotencyStore as RedisIdempotencyStore
+    from .stores.sqlite import SqliteIdempotencyStore as SqliteIdempotencyStore
+    from .tool import IdempotentTool as IdempotentTool
+    from .tool import idempotent as idempotent

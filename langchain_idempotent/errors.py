@@ -11,7 +11,8 @@ could be derived) and says what to do next::
     ├── MissingScopeError        no thread id / scope to derive a key from
     ├── OutcomeUnknownError      an expired lease left no result; an operator must resolve it
     ├── InvalidArgumentsError    the arguments cannot be canonicalised (NaN, not JSON-able, ...)
-    ├── ResultTooLargeError      the result exceeds ``max_result_bytes``
+    ├── UnstorableResultError    the tool ran but its result would not replay as itself
+    │   └── ResultTooLargeError  the result exceeds ``max_result_bytes``
     └── CorruptRecordError       a stored record cannot be decoded (never executed)
 
 Expected "no" answers of the store protocol (busy, mismatch, replay) are return values
@@ -31,6 +32,7 @@ __all__ = [
     "PayloadMismatchError",
     "ResultTooLargeError",
     "StoreUnavailableError",
+    "UnstorableResultError",
 ]
 
 
@@ -83,8 +85,20 @@ class InvalidArgumentsError(IdempotencyError, ValueError):
     """The tool arguments cannot be put in canonical form (NaN, infinity, not JSON-able)."""
 
 
-class ResultTooLargeError(IdempotencyError, ValueError):
-    """The serialized result is larger than ``max_result_bytes``; nothing was stored."""
+class UnstorableResultError(IdempotencyError, ValueError):
+    """The tool ran, but its result cannot be stored so that it replays as itself.
+
+    The result is refused at write time (a type outside ``allowed_types``, an object the
+    serializer cannot encode, or more than ``max_result_bytes``) and this error is stored
+    in its place, so the effect is not repeated: the first caller and every retry with the
+    same key get this error, with the same message, until the record expires (``ttl``) or
+    is deleted with ``langchain-idempotent delete KEY``. Changing ``allowed_types`` or
+    ``max_result_bytes`` alone does not clear it.
+    """
+
+
+class ResultTooLargeError(UnstorableResultError):
+    """The serialized result is larger than ``max_result_bytes``; it was not stored."""
 
 
 class CorruptRecordError(IdempotencyError):

@@ -1,13 +1,47 @@
-"""Stores for idempotency records: one protocol, three backends."""
+"""Stores for idempotency records: one protocol (``base``), one backend per module.
 
-from .base import BaseIdempotencyStore
-from .memory import InMemoryIdempotencyStore
-from .redis import RedisIdempotencyStore
-from .sqlite import SqliteIdempotencyStore
+Each backend is a sibling module named after what it stands on (``memory``, ``sqlite``,
+``redis``, ``postgres``) and is imported on first use, as LangGraph keeps ``cache/redis``
+apart from ``cache/base``: importing the base (and so the engine) never loads redis-py or
+psycopg. ``PostgresIdempotencyStore`` needs the ``postgres`` extra.
+"""
 
-__all__ = [
-    "BaseIdempotencyStore",
-    "InMemoryIdempotencyStore",
-    "RedisIdempotencyStore",
-    "SqliteIdempotencyStore",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._lazy import load
+
+#: Public name -> the module of this package that defines it; ``__all__`` is its keys.
+_STORES: dict[str, str] = {
+    "BaseIdempotencyStore": "base",
+    "InMemoryIdempotencyStore": "memory",
+    "SqliteIdempotencyStore": "sqlite",
+    "RedisIdempotencyStore": "redis",
+    "PostgresIdempotencyStore": "postgres",
+}
+
+__all__ = list(_STORES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _STORES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = load(__name__, module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from .base import BaseIdempotencyStore as BaseIdempotencyStore
+    from .memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
+    from .postgres import (  # type: ignore[import-not-found,unused-ignore]
+        PostgresIdempotencyStore as PostgresIdempotencyStore,
+    )
+    from .redis import RedisIdempotencyStore as RedisIdempotencyStore
+    from .sqlite import SqliteIdempotencyStore as SqliteIdempotencyStore

@@ -1,0 +1,232 @@
+"""The public face: one export list that `__all__`, the lazy loader, `dir()`, the type
+checkers' imports and the README agree on; a cheap `import langchain_idempotent`; an
+optional dependency that is missing names the extra that installs it."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import langchain_idempotent
+import langchain_idempotent.stores
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "langchain_idempotent"
+FACES = {
+    langchain_idempotent: ("_EXPORTS", PACKAGE / "__init__.py"),
+    langchain_idempotent.stores: ("_STORES", PACKAGE / "stores" / "__init__.py"),
+}
+# The Postgres store arrives with its own branch; until its module exists it cannot resolve.
+HAS_POSTGRES_MODULE = (PACKAGE / "stores" / "postgres.py").exists()
+
+
+def _resolvable(names: list[str]) -> list[str]:
+    return [n for n in names if n != "PostgresIdempotencyStore" or HAS_POSTGRES_MODULE]
+
+
+def _type_checking_imports(init: Path) -> dict[str, str]:
+    """``{public name: module}`` from the ``if TYPE_CHECKING:`` block of a face."""
+    found: dict[str, str] = {}
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.level == 1, ast.unparse(stmt)
+                for alias in stmt.names:
+                    # `import X as X` is what makes a type checker treat X as re-exported.
+                    assert alias.asname == alias.name, ast.unparse(stmt)
+                    found[alias.name] = stmt.module or ""
+    return found
+
+
+@pytest.mark.parametrize("face", list(FACES), ids=lambda m: m.__name__)
+def test_all_the_lazy_table_and_the_type_checking_imports_list_the_same_names(face: object) -> None:
+    table_name, init = FACES[face]  # type: ignore[index]
+    table: dict[str, str] = getattr(face, table_name)
+    exported = face.__all__  # type: ignore[attr-defined]
+    assert len(exported) == len(set(exported)), "a name is listed twice"
+    assert exported == list(table)
+    assert _type_checking_imports(init) == table
+
+
+@pytest.mark.parametrize("face", list(FACES), ids=lambda m: m.__name__)
+def test_dir_shows_exactly_the_public_names(face: object) -> None:
+    assert dir(face) == sorted(face.__all__)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", _resolvable(langchain_idempotent.__all__))
+def test_every_public_name_resolves_to_the_object_its_module_defines(name: str) -> None:
+    module = langchain_idempotent._EXPORTS[name]
+    value = getattr(langchain_idempotent, name)
+    assert value is getattr(importlib.import_module(f"langchain_idempotent.{module}"), name)
+    assert vars(langchain_idempotent)[name] is value  # cached: later uses skip the loader
+
+
+@pytest.mark.parametrize("name", _resolvable(langchain_idempotent.stores.__all__))
+def test_every_store_name_resolves_from_the_stores_package_too(name: str) -> None:
+    assert getattr(langchain_idempotent.stores, name) is getattr(langchain_idempotent, name)
+
+
+def test_every_error_is_public_and_every_public_error_derives_from_idempotency_error() -> None:
+    from langchain_idempotent import errors
+
+    assert set(errors.__all__) <= set(langchain_idempotent.__all__)
+    for name in errors.__all__:
+        assert issubclass(
+            getattr(langchain_idempotent, name), langchain_idempotent.IdempotencyError
+        )
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    assert not hasattr(langchain_idempotent, "NoSuchThing")
+    assert not hasattr(langchain_idempotent.stores, "NoSuchStore")
+    with pytest.raises(ImportError, match="NoSuchThing"):
+        exec("from langchain_idempotent import NoSuchThing", {})
+
+
+# -- the README ---------------------------------------------------------------------------
+
+README = (ROOT / "README.md").read_text()
+# Modules a README name may come from when it is not ours: Python, LangChain, LangGraph,
+# redis-py and the serializer the results go through.
+FOREIGN_MODULES = [
+    "builtins",
+    "langchain_core.messages",
+    "langchain_core.tools",
+    "langgraph.errors",
+    "langgraph.prebuilt",
+    "langgraph.types",
+    "langgraph.checkpoint.serde.jsonplus",
+    "redis",
+    "redis.asyncio",
+    "redis.cluster",
+    "redis.sentinel",
+]
+
+
+def _readme_imports() -> set[str]:
+    names: set[str] = set()
+    pattern = r"from langchain_idempotent import (\([^)]*\)|[^\n]*)"
+    for group in re.findall(pattern, README):
+        names |= {n.strip() for n in group.strip("()").split(",") if n.strip()}
+    return names
+
+
+def _readme_backticked_names() -> set[str]:
+    """CamelCase names in backticks (``Name``, ``Name(...)``, ``Name.attr``) and calls of
+    functions named after idempotency (``idempotent(...)``, ``get_idempotency_context()``)."""
+    camel = re.findall(r"`([A-Z][a-z]+[A-Za-z0-9]*)[`(.]", README)
+    calls = re.findall(r"`([a-z_]*idempot[a-z_]*)\(", README)
+    return set(camel) | set(calls)
+
+
+def _foreign(name: str) -> bool:
+    return any(hasattr(importlib.import_module(m), name) for m in FOREIGN_MODULES)
+
+
+def test_the_readme_imports_only_public_names() -> None:
+    imported = _readme_imports()
+    assert imported, "the README shows no `from langchain_idempotent import ...` line"
+    assert imported <= set(langchain_idempotent.__all__)
+
+
+def test_every_name_the_readme_puts_in_backticks_is_public_or_not_ours() -> None:
+    names = _readme_backticked_names()
+    assert {"IdempotencyError", "idempotent"} <= names  # the parser finds what is there
+    unknown = {n for n in names if n not in langchain_idempotent.__all__ and not _foreign(n)}
+    assert not unknown, f"the README names {sorted(unknown)}, which langchain_idempotent lacks"
+
+
+# -- import cost and optional dependencies (fresh interpreters) ----------------------------
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+HEAVY = ["langgraph", "langchain", "langchain_core", "redis", "pydantic_settings", "psycopg"]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import langchain_idempotent",
+        "from langchain_idempotent import IdempotencyError, MissingScopeError",
+    ],
+)
+def test_importing_the_package_loads_no_heavy_dependency(statement: str) -> None:
+    proc = _python(
+        f"""
+        import sys
+        {statement}
+        heavy = {HEAVY!r}
+        print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_the_store_base_and_the_embedded_stores_do_not_import_redis() -> None:
+    proc = _python(
+        """
+        import sys
+        from langchain_idempotent.stores.base import BaseIdempotencyStore
+        from langchain_idempotent import InMemoryIdempotencyStore, SqliteIdempotencyStore
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("redis", "psycopg")))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+BLOCK_IMPORTS = """
+import importlib.abc, sys
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+import langchain_idempotent
+try:
+    getattr(langchain_idempotent, {name!r})
+except ImportError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "blocked", "extra"),
+    [
+        ("IdempotencyMiddleware", ["langchain"], "agents"),
+        pytest.param(
+            "PostgresIdempotencyStore",
+            ["psycopg", "psycopg_pool"],
+            "postgres",
+            marks=pytest.mark.skipif(not HAS_POSTGRES_MODULE, reason="stores/postgres.py"),
+        ),
+    ],
+)
+def test_a_missing_optional_dependency_names_the_extra_that_installs_it(
+    name: str, blocked: list[str], extra: str
+) -> None:
+    proc = _python(BLOCK_IMPORTS.format(blocked=set(blocked), name=name))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ImportError"), proc.stdout
+    assert f"[{extra}]" in proc.stdout
