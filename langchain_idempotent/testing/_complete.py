@@ -34,10 +34,7 @@ class CompleteContract(ContractBase):
         self, face: Face
     ) -> None:
         key = new_key()
-        old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
-        new = await face.claim(key, "b")
-        assert new.outcome is ClaimOutcome.TAKEOVER
+        old, new = await self.taken_over(face, key)
         late = await face.complete(key, "a", old.fence, b"from-a")
         assert (late.stored, late.stale, late.payload) == (True, True, b"from-a")
         mine = await face.complete(key, "b", new.fence, b"from-b")
@@ -51,9 +48,7 @@ class CompleteContract(ContractBase):
         self, face: Face
     ) -> None:
         key = new_key()
-        old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
-        new = await face.claim(key, "b")
+        old, new = await self.taken_over(face, key)
         mine = await face.complete(key, "b", new.fence, b"from-b")
         assert (mine.stored, mine.stale) == (True, False)
         late = await face.complete(key, "a", old.fence, b"from-a")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
 
 import pytest
 
-from ..record import Claim, Completion, ExpiredPolicy, Record
+from ..record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record
 from ..stores.base import BaseIdempotencyStore
 
 #: A lease that never expires during a test.
@@ -201,7 +201,7 @@ class Face:
             except BaseException as exc:  # reported below, on the test's thread
                 errors.append(exc)
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
         for t in threads:
             t.start()
         for t in threads:
@@ -237,3 +237,12 @@ class ContractBase:
 
     async def sleep_past_lease(self) -> None:
         await asyncio.sleep(self.short_lease_ms / 1000 + 0.05)
+
+    async def taken_over(self, face: Face, key: str) -> tuple[Claim, Claim]:
+        """Owner ``a`` claims ``key`` on a short lease, the lease passes, owner ``b`` takes
+        over. Returns both claims: ``(a's, b's)``."""
+        old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
+        await self.sleep_past_lease()
+        new = await face.claim(key, "b")
+        assert new.outcome is ClaimOutcome.TAKEOVER
+        return old, new

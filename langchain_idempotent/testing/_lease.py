@@ -87,10 +87,7 @@ class LeaseContract(ContractBase):
 
     async def test_a_stale_owner_cannot_renew_or_release_after_a_takeover(self, face: Face) -> None:
         key = new_key()
-        old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
-        new = await face.claim(key, "b")
-        assert new.outcome is ClaimOutcome.TAKEOVER
+        old, new = await self.taken_over(face, key)
         assert not await face.renew(key, owner="a", fence=old.fence)
         assert not await face.release(key, owner="a", fence=old.fence)
         rec = require(await face.get(key))
