@@ -6,23 +6,13 @@ import pytest
 
 from langchain_idempotent.record import Claim, ClaimOutcome
 from langchain_idempotent.stores import InMemoryIdempotencyStore
-from langchain_idempotent.testing import StoreContractTests
+from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 
 class TestInMemoryStore(StoreContractTests):
     @pytest.fixture
     def store(self) -> InMemoryIdempotencyStore:
         return InMemoryIdempotencyStore()
-
-
-class FakeClock:
-    """Seconds, like :func:`time.time`, moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_leases_and_retention_follow_the_stores_clock_not_the_wall_clock() -> None:

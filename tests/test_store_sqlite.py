@@ -26,7 +26,7 @@ from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableErro
 from langchain_idempotent.record import ClaimOutcome, Completion, State
 from langchain_idempotent.stores import SqliteIdempotencyStore
 from langchain_idempotent.stores import sqlite as sqlite_module
-from langchain_idempotent.testing import StoreContractTests
+from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 LONG_MS = 60_000
 TTL_MS = 3_600_000
@@ -55,16 +55,6 @@ def store(db_path: Path) -> Iterator[SqliteIdempotencyStore]:
     s = SqliteIdempotencyStore(db_path)
     yield s
     s.close()
-
-
-class FakeClock:
-    """A clock the test moves by hand (seconds, like :func:`time.time`)."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def claim(store: SqliteIdempotencyStore, key: str, owner: str, **kw: Any) -> Any:

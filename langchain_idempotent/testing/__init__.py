@@ -1,0 +1,94 @@
+"""The store contract: one test suite that every idempotency store runs.
+
+Every store — the ones shipped here and any you write — must give the answers of
+:mod:`langchain_idempotent.protocol` through both its sync and its ``a``-prefixed async
+operations. :class:`StoreContractTests` checks that. Each guarantee is written once and runs
+twice, through the ``face`` fixture: once against the store's sync operations (called
+inline, as sync code) and once against their async twins. The guarantees, by module:
+
+- ``_claim``: acquire, replay, mismatch, busy, owned, takeover, expired;
+- ``_lease``: release and renew only for the owner at its fence, fences only grow, a stale
+  owner cannot renew or release;
+- ``_complete``: write-once, stale completions, retention (TTL);
+- ``_watch``: how soon a watch returns;
+- ``_operator``: get, list, delete, purge, close;
+- ``_concurrency``: racing threads and tasks, large payloads, odd keys;
+- ``_model``: random operation sequences against a pure model built from the protocol
+  functions, asserting identical answers and records.
+
+Besides the decision table, the suite holds every store to these rules:
+
+- time is the store's clock, in milliseconds; ``lease_until = now + lease_ms`` and a lease
+  ending exactly now has expired;
+- a record expires ``ttl_ms`` after the write that set it, but never while its lease is
+  live (a TTL shorter than the lease must not let a second caller in);
+- ``watch``/``awatch`` return within ``wake_latency_s`` of a completion or release made by
+  another thread, task or process; at once when the record is absent, done or at another
+  fence; by the lease deadline when nobody finishes; by ``timeout`` otherwise — and not
+  before, while nothing changed (a waiter must not spin);
+- claims and completions racing from many threads or tasks are serialised: one winner;
+- payloads are opaque bytes (``b""`` and 1 MiB included); keys are any ``str``.
+
+Use it from your own test module (needs ``pytest``, ``pytest-asyncio`` and ``hypothesis``)::
+
+    import uuid
+    from collections.abc import Iterator
+
+    import pytest
+
+    from langchain_idempotent.testing import StoreContractTests
+    from my_package import MyIdempotencyStore
+
+
+    class TestMyStore(StoreContractTests):
+        @pytest.fixture
+        def store(self) -> Iterator[MyIdempotencyStore]:
+            s = MyIdempotencyStore(prefix=f"test-{uuid.uuid4().hex}:")
+            yield s
+            s.close()
+
+Timing tests use short leases and the store's own clock; tune ``short_lease_ms``,
+``wake_latency_s`` and ``late_return_s`` on the subclass if a backend is slower.
+:class:`FakeClock` is a hand-moved clock for stores that take a ``clock``.
+"""
+
+from __future__ import annotations
+
+from ._claim import ClaimContract
+from ._clock import FakeClock
+from ._complete import CompleteContract
+from ._concurrency import ConcurrencyContract
+from ._lease import LeaseContract
+from ._model import ModelContract
+from ._operator import OperatorContract
+from ._watch import WatchContract
+
+__all__ = ["FakeClock", "StoreContractTests"]
+
+
+class StoreContractTests(
+    ClaimContract,
+    LeaseContract,
+    CompleteContract,
+    WatchContract,
+    OperatorContract,
+    ConcurrencyContract,
+    ModelContract,
+):
+    """The guarantees every :class:`~langchain_idempotent.stores.BaseIdempotencyStore`
+    gives, through its sync operations and through their async twins.
+
+    Subclass it (with a ``Test`` prefix so pytest collects it) and provide a
+    function-scoped ``store`` fixture that yields a fresh, isolated store — for a server
+    store, one with a unique key prefix so parallel runs never see each other::
+
+        class TestSqliteStore(StoreContractTests):
+            @pytest.fixture
+            def store(self, tmp_path: Path) -> Iterator[SqliteIdempotencyStore]:
+                s = SqliteIdempotencyStore(tmp_path / "idem.sqlite")
+                yield s
+                s.close()
+
+    Every test is a coroutine marked ``pytest.mark.asyncio`` (function-scoped loop) and
+    takes the ``face`` fixture, so it runs as ``test_…[sync]`` and ``test_…[async]``.
+    """

@@ -1,0 +1,248 @@
+"""The two faces of a store, and what every part of the contract shares.
+
+A store answers through its sync operations (``claim``, ``renew``, ...) and through their
+``a``-prefixed async twins. Each guarantee of the contract is written once, against a
+:class:`Face`: an adapter whose methods are all ``async``. The ``sync`` face calls
+``store.claim(...)`` inline — on the caller's thread, never in a worker — so its coroutines
+finish without ever suspending; the ``async`` face awaits ``store.aclaim(...)``. The
+``face`` fixture gives every test both, so the async twins are held to exactly the checks
+the sync operations are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
+
+import pytest
+
+from ..record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record
+from ..stores.base import BaseIdempotencyStore
+
+#: A lease that never expires during a test.
+LONG_MS = 60_000
+#: A retention that never expires during a test.
+TTL_MS = 3_600_000
+FP = "fp-args-1"
+OTHER_FP = "fp-args-2"
+
+FaceName = Literal["sync", "async"]
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def new_key(label: str = "k") -> str:
+    """A key no other test uses."""
+    return f"{label}-{uuid.uuid4().hex}"
+
+
+def require(rec: Record | None) -> Record:
+    assert rec is not None, "expected a record"
+    return rec
+
+
+def run_inline(call: Coroutine[Any, Any, T]) -> T:
+    """Finish a sync-face call on this thread (it never suspends: no event loop needed)."""
+    try:
+        call.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    call.close()
+    raise RuntimeError("a sync-face call suspended; it must only call the store's sync API")
+
+
+class Face:
+    """One face of a store: its sync operations or their async twins, behind async methods.
+
+    ``claim`` and ``complete`` default to a long lease, a long retention and the
+    fingerprint :data:`FP`, so a test spells out only what it is about.
+    """
+
+    def __init__(self, store: BaseIdempotencyStore, name: FaceName) -> None:
+        self.store = store
+        self.name: FaceName = name
+
+    def __repr__(self) -> str:
+        return f"Face({self.name}, {type(self.store).__name__})"
+
+    @property
+    def other(self) -> Face:
+        """The store's other face."""
+        return Face(self.store, "async" if self.name == "sync" else "sync")
+
+    @property
+    def sync(self) -> Face:
+        """The store's sync face (for a second caller on another thread)."""
+        return self if self.name == "sync" else self.other
+
+    async def _call(
+        self,
+        sync: Callable[P, T],
+        async_: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        if self.name == "async":
+            return await async_(*args, **kwargs)
+        return sync(*args, **kwargs)
+
+    # -- record operations -------------------------------------------------------------
+
+    async def claim(
+        self,
+        key: str,
+        owner: str,
+        *,
+        fingerprint: str = FP,
+        lease_ms: int = LONG_MS,
+        ttl_ms: int = TTL_MS,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        s = self.store
+        return await self._call(
+            s.claim,
+            s.aclaim,
+            key,
+            owner=owner,
+            fingerprint=fingerprint,
+            lease_ms=lease_ms,
+            ttl_ms=ttl_ms,
+            on_expired=on_expired,
+            meta=meta,
+        )
+
+    async def renew(self, key: str, *, owner: str, fence: int, lease_ms: int = LONG_MS) -> bool:
+        s = self.store
+        return await self._call(s.renew, s.arenew, key, owner=owner, fence=fence, lease_ms=lease_ms)
+
+    async def complete(
+        self,
+        key: str,
+        owner: str,
+        fence: int,
+        payload: bytes,
+        *,
+        failed: bool = False,
+        fingerprint: str = FP,
+        ttl_ms: int = TTL_MS,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        s = self.store
+        return await self._call(
+            s.complete,
+            s.acomplete,
+            key,
+            owner=owner,
+            fence=fence,
+            fingerprint=fingerprint,
+            payload=payload,
+            failed=failed,
+            ttl_ms=ttl_ms,
+            meta=meta,
+        )
+
+    async def release(self, key: str, *, owner: str, fence: int) -> bool:
+        s = self.store
+        return await self._call(s.release, s.arelease, key, owner=owner, fence=fence)
+
+    async def get(self, key: str) -> Record | None:
+        return await self._call(self.store.get, self.store.aget, key)
+
+    async def watch(self, key: str, *, fence: int, timeout: float) -> None:
+        s = self.store
+        await self._call(s.watch, s.awatch, key, fence=fence, timeout=timeout)
+
+    # -- operator helpers --------------------------------------------------------------
+
+    async def delete(self, key: str) -> bool:
+        return await self._call(self.store.delete, self.store.adelete, key)
+
+    async def list(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Record]:
+        s = self.store
+        return await self._call(
+            s.list, s.alist, namespace=namespace, thread_id=thread_id, limit=limit
+        )
+
+    async def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
+        s = self.store
+        return await self._call(s.purge, s.apurge, thread_id=thread_id, namespace=namespace)
+
+    async def close(self) -> None:
+        await self._call(self.store.close, self.store.aclose)
+
+    # -- concurrency -------------------------------------------------------------------
+
+    async def race(self, n: int, call: Callable[[int], Coroutine[Any, Any, T]]) -> builtins.list[T]:
+        """``call(0)`` .. ``call(n - 1)`` at once: ``n`` threads released together by a
+        barrier (sync face), or ``n`` tasks on this loop (async face). Results in order."""
+        if self.name == "async":
+            return builtins.list(await asyncio.gather(*(call(i) for i in range(n))))
+        barrier = threading.Barrier(n)
+        results: dict[int, T] = {}
+        errors: builtins.list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                barrier.wait()
+                results[i] = run_inline(call(i))
+            except BaseException as exc:  # reported below, on the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        if errors:
+            raise errors[0]
+        assert len(results) == n, f"{n - len(results)} of {n} racing calls never returned"
+        return [results[i] for i in range(n)]
+
+
+class ContractBase:
+    """What every part of :class:`~langchain_idempotent.testing.StoreContractTests` shares:
+    the timing knobs a subclass may tune and the ``face`` fixture built on its ``store``."""
+
+    pytestmark: ClassVar[builtins.list[pytest.MarkDecorator]] = [pytest.mark.asyncio]
+
+    #: A lease (and TTL) short enough to expire during a test, long enough to outlast the
+    #: round trips made while it must still be live.
+    short_lease_ms: ClassVar[int] = 150
+    #: How late a watcher may return after the completion or release that should wake it.
+    wake_latency_s: ClassVar[float] = 0.25
+    #: How late a watch may return after its timeout or the lease deadline, or when there
+    #: is nothing to wait for: generous, as it only tells a bounded wait from a hang.
+    late_return_s: ClassVar[float] = 1.0
+    #: Examples per run of the model-based property tests.
+    model_examples: ClassVar[int] = 50
+
+    @pytest.fixture(params=["sync", "async"])
+    def face(self, request: pytest.FixtureRequest, store: BaseIdempotencyStore) -> Face:
+        """The store behind its sync operations, then behind their async twins."""
+        name: FaceName = request.param
+        return Face(store, name)
+
+    async def sleep_past_lease(self) -> None:
+        await asyncio.sleep(self.short_lease_ms / 1000 + 0.05)
+
+    async def taken_over(self, face: Face, key: str) -> tuple[Claim, Claim]:
+        """Owner ``a`` claims ``key`` on a short lease, the lease passes, owner ``b`` takes
+        over. Returns both claims: ``(a's, b's)``."""
+        old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
+        await self.sleep_past_lease()
+        new = await face.claim(key, "b")
+        assert new.outcome is ClaimOutcome.TAKEOVER
+        return old, new
