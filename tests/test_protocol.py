@@ -216,7 +216,7 @@ def test_an_expired_lease_is_taken_over_with_the_next_fence_and_attempt() -> Non
     )
 
 
-def test_an_expired_lease_is_reported_under_report_and_nothing_is_written() -> None:
+def test_an_expired_lease_is_reported_under_raise_and_nothing_is_written() -> None:
     answer, new = claim(running("a", fence=2, lease_until=T0 - 1), "b", on_expired="raise")
     assert answer == Claim(ClaimOutcome.EXPIRED, fence=2, attempt=2)
     assert new is None

@@ -183,6 +183,9 @@ class Face:
     async def close(self) -> None:
         await self._call(self.store.close, self.store.aclose)
 
+    async def now_ms(self) -> int:
+        return await self._call(self.store.now_ms, self.store.anow_ms)
+
     # -- concurrency -------------------------------------------------------------------
 
     async def race(self, n: int, call: Callable[[int], Coroutine[Any, Any, T]]) -> builtins.list[T]:

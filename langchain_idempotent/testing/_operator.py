@@ -9,10 +9,29 @@ from typing import Any
 import pytest
 
 from ..record import FORMAT_VERSION, ClaimOutcome, State
+from ..stores.base import BaseIdempotencyStore
 from ._faces import FP, ContractBase, Face, new_key, require
 
 
 class OperatorContract(ContractBase):
+    # -- the store's clock and facts ---------------------------------------------------
+
+    async def test_now_ms_is_the_clock_records_are_stamped_with(self, face: Face) -> None:
+        before = await face.now_ms()
+        key = new_key()
+        await face.claim(key, "owner-a", lease_ms=5_000)
+        after = await face.now_ms()
+        rec = require(await face.get(key))
+        assert before <= rec.created_at <= after
+        assert rec.lease_until == rec.created_at + 5_000
+
+    def test_describe_names_the_kind_and_is_json(self, store: BaseIdempotencyStore) -> None:
+        import json
+
+        facts = store.describe()
+        assert isinstance(facts.get("kind"), str) and facts["kind"]
+        json.dumps(facts)  # the doctor prints it as JSON
+
     # -- get ---------------------------------------------------------------------------
 
     @pytest.mark.parametrize("failed", [False, True], ids=["completed", "failed"])
