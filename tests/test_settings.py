@@ -182,7 +182,7 @@ def test_no_store_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(
-        ValueError, match="no idempotency store is configured.*IDEMPOTENCY_STORE_URL"
+        ValueError, match=r"no idempotency store is configured.*IDEMPOTENCY_STORE_URL"
     ):
         store_from_env()
 
