@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from ._compat import NEVER_TERMINAL, loud
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
-from .events import EventHook, IdempotencyEvent
+from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
 from .keys import DerivedKey, call_info, derive_key
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
@@ -36,21 +36,6 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
 __all__ = ["PendingCall", "build_engine", "restamp", "unmemoized_if_error"]
-
-#: Events worth surfacing as callback events (claims and completions are the quiet path).
-SURFACED = frozenset(
-    {
-        "replay",
-        "wait",
-        "takeover",
-        "lease_lost",
-        "stale_completion",
-        "payload_mismatch",
-        "outcome_unknown",
-        "store_error",
-        "fail_open",
-    }
-)
 
 
 def build_engine(
@@ -120,7 +105,7 @@ class PendingCall:
     def observe(self, event: IdempotencyEvent) -> None:
         if event.kind in ("replay", "stale_completion"):
             self.replayed = True
-        if event.kind in SURFACED:
+        if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
     def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
