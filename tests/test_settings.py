@@ -232,3 +232,10 @@ def test_plain_functions_are_turned_into_tools() -> None:
     assert (
         wrapped.invoke({"amount": 3}, {"configurable": {"idempotency_scope": "o1"}}) == "charged 3"
     )
+
+
+def test_the_settings_docs_name_every_policy_variable() -> None:
+    from langchain_idempotent import settings
+
+    doc = settings.__doc__ or ""
+    assert [n for n in env_fields() if f"``IDEMPOTENCY_{n.upper()}``" not in doc] == []
