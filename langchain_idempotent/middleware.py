@@ -21,7 +21,7 @@ from typing import Any, Unpack, cast
 
 try:
     from langchain.agents.middleware import AgentMiddleware
-except ImportError as exc:  # pragma: no cover - exercised by a test that hides `langchain`
+except ImportError as exc:  # `langchain` is the optional `agents` extra
     raise ImportError(
         "IdempotencyMiddleware needs LangChain's agents package (`langchain`); install it "
         "with: pip install 'langchain-idempotent[agents]'"
