@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "CorruptRecordError": "errors",
     # deployment and power users
     "IdempotencySettings": "settings",
+    "store_from_env": "settings",
     "store_from_url": "settings",
     "Engine": "engine",
     "CallInfo": "keys",
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
     from .policy import Policy as Policy
     from .settings import IdempotencySettings as IdempotencySettings
+    from .settings import store_from_env as store_from_env
     from .settings import store_from_url as store_from_url
     from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
     from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore

@@ -46,6 +46,11 @@ class IdempotencyContext:
         """True once a renewal found that this run no longer owns the lease."""
         return self._lease.lost
 
+    def mark_lease_lost(self) -> None:
+        """Record that a renewal found the lease gone (the engine calls this; the context
+        is otherwise immutable, so every holder of it sees the flag)."""
+        self._lease.lost = True
+
     def check_lease(self) -> None:
         """Raise :class:`LeaseLostError` if the lease was lost.
 

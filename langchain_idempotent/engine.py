@@ -1,9 +1,11 @@
 """The engine: claim, run, complete — once per key — with sync and async drivers.
 
-The protocol's decisions live in one generator, :meth:`Engine._protocol`, which yields
-*steps* (claim, watch, run, complete, release) and receives their results. It does no
-I/O. The sync driver (:meth:`Engine.run`) and the async driver (:meth:`Engine.arun`)
-only execute steps, so the two paths cannot drift.
+The protocol's steps live in one generator, :meth:`Engine._flow`, which yields *steps*
+(claim, watch, run, complete, release) and receives their results. It does no store I/O
+(it only emits events and reads the monotonic clock for the wait deadline); the
+decisions of each store operation are the table in :mod:`.protocol`. The sync driver
+(:meth:`Engine.run`) and the async driver (:meth:`Engine.arun`) only execute steps, so
+the two paths cannot drift.
 
 Sequence of a first run and of a replay (one store round trip each, plus renewals for
 tools that outlast a third of their lease)::
@@ -18,6 +20,10 @@ tools that outlast a third of their lease)::
 
 A duplicate that finds the key BUSY watches it (woken by the store, never past the
 other owner's lease) and claims again, until ``wait_timeout`` runs out.
+
+An action that answers without a result worth keeping (a tool error already turned into
+a message for the model) returns :class:`Unmemoized`: the key is released, so a retry
+runs again, and the wrapped value is returned to the caller.
 """
 
 from __future__ import annotations
@@ -26,9 +32,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from langgraph.errors import GraphBubbleUp
+from typing import Any, Generic, TypeVar
 
 from .context import IdempotencyContext, _current
 from .errors import (
@@ -45,9 +49,18 @@ from .record import Claim, ClaimOutcome, Completion
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Unmemoized"]
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Unmemoized(Generic[V]):
+    """What an action returns for an answer that must not be stored (a handled tool error):
+    the engine releases the key, so a retry runs again, and returns ``value``."""
+
+    value: V
 
 
 # -- steps the protocol asks its driver to perform -------------------------------------
@@ -107,7 +120,9 @@ class Engine:
     ``Engine(store, policy).run(key, fingerprint=fp, action=fn)`` is the whole interface;
     :class:`~langchain_idempotent.tool.IdempotentTool` derives ``key`` and ``fingerprint``
     from a tool call. ``on_event`` receives every :class:`IdempotencyEvent`; ``stats()``
-    counts them.
+    counts them. ``never_terminal`` names exception types that are never stored as a
+    result even when ``policy.terminal_exceptions`` matches them (the adapters pass
+    LangGraph's ``GraphBubbleUp``: interrupts and parent commands are control flow).
     """
 
     def __init__(
@@ -117,6 +132,7 @@ class Engine:
         *,
         serializer: ResultSerializer | None = None,
         on_event: EventHook | None = None,
+        never_terminal: tuple[type[BaseException], ...] = (),
     ) -> None:
         if not isinstance(store, BaseIdempotencyStore):
             raise TypeError(
@@ -129,6 +145,7 @@ class Engine:
             allowed_types=self.policy.allowed_types, max_bytes=self.policy.max_result_bytes
         )
         self.on_event = on_event
+        self.never_terminal = tuple(never_terminal)
         self._counter = EventCounter()
         self._renew_every = self.policy.lease_s * self.policy.renew_fraction
 
@@ -136,9 +153,9 @@ class Engine:
         """Events so far, by kind (``{"claim": 3, "replay": 2, ...}``)."""
         return self._counter.snapshot()
 
-    # -- the protocol (pure) --------------------------------------------------------------
+    # -- the flow (no store I/O) --------------------------------------------------------------
 
-    def _protocol(self, call: _Call) -> Generator[_Step, Any, Any]:
+    def _flow(self, call: _Call) -> Generator[_Step, Any, Any]:
         policy = self.policy
         deadline: float | None = None
         waited = False
@@ -162,7 +179,8 @@ class Engine:
                     )
                     if unprotected.exc is not None:
                         raise unprotected.exc  # noqa: B904 - the tool's own error
-                    return unprotected.value
+                    value = unprotected.value
+                    return value.value if isinstance(value, Unmemoized) else value
                 raise
             outcome = claim.outcome
             if outcome is ClaimOutcome.REPLAY:
@@ -232,6 +250,10 @@ class Engine:
             yield from self._release(call, ctx)
             raise failure
 
+        if isinstance(done.value, Unmemoized):
+            yield from self._release(call, ctx)
+            return done.value.value
+
         try:
             payload = self.serializer.dumps(done.value, key=call.key)
         except (IdempotencyError, ValueError) as exc:
@@ -282,7 +304,7 @@ class Engine:
     def _is_terminal(self, exc: BaseException) -> bool:
         return (
             isinstance(exc, Exception)
-            and not isinstance(exc, GraphBubbleUp)
+            and not isinstance(exc, self.never_terminal)
             and isinstance(exc, self.policy.terminal_exceptions)
         )
 
@@ -344,7 +366,7 @@ class Engine:
     ) -> T:
         """Run ``action`` once for ``key`` and return its result, or replay the stored one."""
         call = self._call(key, fingerprint, tool, meta, observer)
-        steps = self._protocol(call)
+        steps = self._flow(call)
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -416,7 +438,7 @@ class Engine:
         return ok
 
     def _lease_lost(self, call: _Call, ctx: IdempotencyContext) -> None:
-        ctx._lease.lost = True
+        ctx.mark_lease_lost()
         self._emit(call, "lease_lost", ctx.fence, ctx.attempt)
 
     # -- async driver -----------------------------------------------------------------
@@ -433,7 +455,7 @@ class Engine:
     ) -> T:
         """The async twin of :meth:`run`; ``action`` returns an awaitable."""
         call = self._call(key, fingerprint, tool, meta, observer)
-        steps = self._protocol(call)
+        steps = self._flow(call)
         reply: Any = None
         error: BaseException | None = None
         while True:

@@ -26,12 +26,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import typing
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["EVENT_KINDS", "EventCounter", "EventKind", "IdempotencyEvent", "logger"]
+__all__ = [
+    "EVENT_KINDS",
+    "SURFACED_KINDS",
+    "EventCounter",
+    "EventKind",
+    "IdempotencyEvent",
+    "logger",
+]
 
 EventKind = Literal[
     "claim",
@@ -47,37 +55,29 @@ EventKind = Literal[
     "complete",
     "release",
 ]
-EVENT_KINDS: tuple[EventKind, ...] = (
-    "claim",
-    "replay",
-    "wait",
-    "takeover",
-    "lease_lost",
-    "stale_completion",
-    "payload_mismatch",
-    "outcome_unknown",
-    "store_error",
-    "fail_open",
-    "complete",
-    "release",
-)
+#: Every kind, in the order above.
+EVENT_KINDS: tuple[EventKind, ...] = typing.get_args(EventKind)
 
 logger = logging.getLogger("langchain_idempotent")
 
-_LEVELS: dict[str, int] = {
-    "claim": logging.DEBUG,
-    "complete": logging.DEBUG,
-    "release": logging.DEBUG,
-    "replay": logging.INFO,
-    "wait": logging.INFO,
-    "takeover": logging.WARNING,
-    "lease_lost": logging.WARNING,
-    "stale_completion": logging.WARNING,
-    "payload_mismatch": logging.WARNING,
-    "outcome_unknown": logging.ERROR,
-    "store_error": logging.ERROR,
-    "fail_open": logging.ERROR,
+#: Per kind: the log level, and whether the adapters dispatch it as an ``idempotency.<kind>``
+#: callback event (claims, completions and releases are the quiet path).
+_KINDS: dict[EventKind, tuple[int, bool]] = {
+    "claim": (logging.DEBUG, False),
+    "complete": (logging.DEBUG, False),
+    "release": (logging.DEBUG, False),
+    "replay": (logging.INFO, True),
+    "wait": (logging.INFO, True),
+    "takeover": (logging.WARNING, True),
+    "lease_lost": (logging.WARNING, True),
+    "stale_completion": (logging.WARNING, True),
+    "payload_mismatch": (logging.WARNING, True),
+    "outcome_unknown": (logging.ERROR, True),
+    "store_error": (logging.ERROR, True),
+    "fail_open": (logging.ERROR, True),
 }
+#: The kinds dispatched as callback events.
+SURFACED_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if surfaced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class IdempotencyEvent:
 
 
 def log_event(event: IdempotencyEvent) -> None:
-    level = _LEVELS.get(event.kind, logging.INFO)
+    level = _KINDS[event.kind][0]
     if logger.isEnabledFor(level):
         logger.log(
             level,

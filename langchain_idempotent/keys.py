@@ -32,28 +32,33 @@ The fingerprint (a hash of tool and canonical arguments) is stored with the reco
 from __future__ import annotations
 
 import hashlib
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from langchain_core.runnables import RunnableConfig
 from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError
 
-from .canonical import CANONICAL_VERSION, canonical_json
+from .canonical import CANONICAL_VERSION, canonical_json, json_arguments
 from .context import current_scope
 from .errors import InvalidArgumentsError, MissingScopeError
-from .policy import KeyFunction, Scope
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 __all__ = [
     "CallInfo",
     "DerivedKey",
+    "KeyFunction",
+    "Scope",
+    "call_info",
     "derive_key",
     "graph_path",
     "model_schema",
     "visible_arguments",
 ]
+
+#: What one effect is (see the table above); a :data:`KeyFunction` decides it instead.
+Scope = Literal["thread", "turn", "call"]
 
 #: ``configurable`` key that gives a scope explicitly (outside graphs, or to override).
 SCOPE_CONFIG_KEY = "idempotency_scope"
@@ -75,6 +80,11 @@ class CallInfo:
     node: str | None
     tool_call_id: str | None
     config: RunnableConfig = field(repr=False, compare=False)
+
+
+#: A user key function: gets the call's :class:`CallInfo`, returns a non-empty string that
+#: identifies the effect (the arguments then become the fingerprint).
+KeyFunction = Callable[[CallInfo], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,46 +144,13 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
                 )
             tool_input = {next(iter(fields)): tool_input}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        return _json_arguments(schema.model_validate(visible), set(fields))
+        return json_arguments(schema.model_validate(visible), set(fields))
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(props, Mapping):
         return {k: v for k, v in tool_input.items() if k in props}
     return dict(tool_input)
-
-
-def _json_arguments(model: BaseModel, fields: set[str]) -> dict[str, Any]:
-    """The validated arguments as JSON values; :class:`InvalidArgumentsError` if they have
-    no canonical form (not serialisable, nested too deeply, NaN or an infinity anywhere).
-
-    Pydantic's JSON mode writes a NaN or an infinity under an ``Any`` field as ``null``,
-    which would give ``[nan]`` and ``[None]`` one key: they are refused instead.
-    """
-    try:
-        _refuse_non_finite(model.model_dump(mode="python", include=fields))
-        return model.model_dump(mode="json", include=fields)
-    except InvalidArgumentsError:
-        raise
-    except (PydanticSerializationError, ValueError, RecursionError) as exc:
-        raise InvalidArgumentsError(
-            f"tool arguments have no canonical JSON form, so no idempotency key can be made: {exc}"
-        ) from exc
-
-
-def _refuse_non_finite(value: Any) -> None:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise InvalidArgumentsError(
-                f"tool arguments contain {item!r}, which has no canonical JSON form; NaN and "
-                "infinities cannot be part of an idempotency key — pass them as strings"
-            )
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple | set | frozenset):
-            stack.extend(item)
 
 
 def _thread_id(config: RunnableConfig) -> str | None:
@@ -282,14 +259,9 @@ def _turn_id(config: RunnableConfig) -> str | None:
     explicit = configurable.get(TURN_CONFIG_KEY)
     if explicit is not None:
         return str(explicit)
-    read = configurable.get("__pregel_read")
-    if read is None:
-        return None
-    try:
-        messages = read("messages", False)
-    except Exception:
-        return None
-    return turn_from_messages(messages)
+    from ._compat import graph_state_messages
+
+    return turn_from_messages(graph_state_messages(config))
 
 
 def turn_from_messages(messages: Any) -> str | None:

@@ -1,31 +1,34 @@
 """``Policy``: how long leases last, how long duplicates wait, what to do when unsure.
 
-Every field has a production default; times accept seconds (``float``) or ``timedelta``.
+This module is the one home of every default. Every field has a production default;
+durations accept seconds (``float``) or a ``timedelta`` and go through
+:func:`~langchain_idempotent._durations.to_seconds`. Nothing here reads the environment
+unless asked: :meth:`Policy.from_env` reads ``IDEMPOTENCY_<FIELD>`` once, when called.
+
+:class:`PolicyOptions` is the same set of fields as keyword arguments, so
+``idempotent(tool, store, lease=5)`` is checked by type checkers and completed by editors
+(a test keeps it in step with the dataclass).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import os
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, TypedDict, Unpack
 
+from ._durations import to_ms, to_seconds
+from ._limits import DEFAULT_MAX_RESULT_BYTES
+from .keys import KeyFunction, Scope
 from .record import ExpiredPolicy
-from .serde import DEFAULT_MAX_RESULT_BYTES
 
-__all__ = ["KeyFunction", "Policy", "Scope", "seconds"]
+__all__ = ["Policy", "PolicyOptions"]
 
-Scope = Literal["thread", "turn", "call"]
-#: A user key function: gets the call's :class:`~langchain_idempotent.keys.CallInfo`,
-#: returns a string that identifies the effect.
-KeyFunction = Callable[[Any], str]
-
-
-def seconds(value: float | timedelta, name: str) -> float:
-    s = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not s > 0 or s != s or s == float("inf"):
-        raise ValueError(f"{name} must be a positive, finite duration, got {value!r}")
-    return s
+#: Field metadata for options that only code can give (types, not strings).
+_CODE_ONLY = {"env": False}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,10 +36,11 @@ class Policy:
     #: How long a claim is held without renewal; renewed every ``lease * renew_fraction``
     #: while the tool runs, so it only bounds how long a *crashed* owner blocks the key.
     lease: float | timedelta = 30.0
-    #: How long records (results and leases) are kept. A human-in-the-loop thread that
-    #: resumes later than this can run the tool again.
+    #: How long records (results and leases) are kept; at least ``lease``. A
+    #: human-in-the-loop thread that resumes later than this can run the tool again.
     ttl: float | timedelta = timedelta(hours=24)
-    #: How long a duplicate call waits for the owner's result before ``InProgressError``.
+    #: How long a duplicate call waits for the owner's result before ``InProgressError``
+    #: (``0``: do not wait).
     wait_timeout: float | timedelta = 60.0
     #: An expired lease with no result: ``"takeover"`` re-runs with the same key passed
     #: downstream; ``"raise"`` raises ``OutcomeUnknownError`` and leaves the record.
@@ -45,9 +49,10 @@ class Policy:
     fail_open: bool = False
     #: Exceptions that are final: stored as a failed record and re-raised on replay.
     #: Any other exception releases the key so a retry runs again.
-    terminal_exceptions: tuple[type[BaseException], ...] = ()
+    terminal_exceptions: tuple[type[BaseException], ...] = field(default=(), metadata=_CODE_ONLY)
     #: Types (pydantic models, dataclasses) the tool returns that must replay as themselves.
-    allowed_types: tuple[type | tuple[str, str], ...] = ()
+    allowed_types: tuple[type | tuple[str, str], ...] = field(default=(), metadata=_CODE_ONLY)
+    #: The largest serialized result that is stored (``ResultTooLargeError`` above it).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     #: Renew the lease after this fraction of it has passed.
     renew_fraction: float = 1 / 3
@@ -61,16 +66,24 @@ class Policy:
     wait_timeout_s: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lease_s", seconds(self.lease, "lease"))
-        object.__setattr__(self, "ttl_s", seconds(self.ttl, "ttl"))
-        object.__setattr__(self, "wait_timeout_s", _non_negative(self.wait_timeout))
-        if self.ttl_s < self.lease_s:
-            raise ValueError(f"ttl ({self.ttl_s}s) must be at least the lease ({self.lease_s}s)")
+        lease_s = to_seconds(self.lease, "lease")
+        ttl_s = to_seconds(self.ttl, "ttl")
+        object.__setattr__(self, "lease_s", lease_s)
+        object.__setattr__(self, "ttl_s", ttl_s)
+        object.__setattr__(
+            self, "wait_timeout_s", to_seconds(self.wait_timeout, "wait_timeout", allow_zero=True)
+        )
+        if ttl_s < lease_s:
+            raise ValueError(
+                f"ttl ({ttl_s:g}s) must be at least the lease ({lease_s:g}s): a record must "
+                f"outlive the lease that protects it. Pass a longer ttl= (e.g. ttl={lease_s:g}) "
+                f"or a shorter lease= (e.g. lease={ttl_s:g})"
+            )
         if self.on_expired not in ("takeover", "raise"):
             raise ValueError(f"on_expired must be 'takeover' or 'raise', got {self.on_expired!r}")
         if not 0 < self.renew_fraction < 1:
             raise ValueError("renew_fraction must be between 0 and 1")
-        if self.max_result_bytes <= 0:
+        if isinstance(self.max_result_bytes, bool) or self.max_result_bytes <= 0:
             raise ValueError("max_result_bytes must be positive")
         if not isinstance(self.namespace, str) or not self.namespace:
             raise ValueError("namespace must be a non-empty string")
@@ -83,31 +96,79 @@ class Policy:
 
     @property
     def lease_ms(self) -> int:
-        return max(1, int(self.lease_s * 1000))
+        return to_ms(self.lease_s)
 
     @property
     def ttl_ms(self) -> int:
-        return max(1, int(self.ttl_s * 1000))
+        return to_ms(self.ttl_s)
 
-    @classmethod
-    def from_kwargs(cls, base: Policy | None = None, **overrides: Any) -> Policy:
-        """A policy from keyword arguments, naming any unknown one."""
-        known = {f for f in cls.__dataclass_fields__ if not f.endswith("_s")}
-        unknown = sorted(set(overrides) - known)
+    def with_options(self, **options: Unpack[PolicyOptions]) -> Policy:
+        """This policy with some fields replaced; an unknown name is a ``TypeError`` that
+        lists the known ones."""
+        unknown = sorted(set(options) - set(option_names()))
         if unknown:
             raise TypeError(
                 f"unknown idempotency option(s) {', '.join(unknown)}; "
-                f"known options: {', '.join(sorted(known))}"
+                f"known options: {', '.join(option_names())}"
             )
-        if base is None:
-            return cls(**overrides)
-        values = {f: getattr(base, f) for f in known}
-        values.update(overrides)
-        return cls(**values)
+        return dataclasses.replace(self, **options) if options else self
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "IDEMPOTENCY_", *, environ: Mapping[str, str] | None = None
+    ) -> Policy:
+        """A policy from ``<prefix><FIELD>`` variables (``IDEMPOTENCY_LEASE=12``,
+        ``IDEMPOTENCY_ON_EXPIRED=raise``, ...), read once, now; unset fields keep their
+        defaults. ``terminal_exceptions`` and ``allowed_types`` are code-only.
+
+        Values are parsed with pydantic for the field's type (durations: seconds or an ISO
+        8601 duration); a bad value is a ``ValueError`` naming the variable.
+        """
+        from pydantic import TypeAdapter, ValidationError
+
+        env = os.environ if environ is None else environ
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for name in env_fields():
+            variable = f"{prefix}{name.upper()}"
+            raw = env.get(variable)
+            if raw is None:
+                continue
+            try:
+                values[name] = TypeAdapter(hints[name]).validate_python(raw)
+            except ValidationError as exc:
+                problem = exc.errors()[0]["msg"]
+                raise ValueError(f"{variable}={raw!r}: {problem}") from None
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            names = ", ".join(f"{prefix}{n.upper()}" for n in values)
+            raise ValueError(f"{exc} (from the environment: {names})") from None
 
 
-def _non_negative(value: float | timedelta) -> float:
-    s = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not s >= 0 or s == float("inf"):
-        raise ValueError(f"wait_timeout must be a finite duration >= 0, got {value!r}")
-    return s
+class PolicyOptions(TypedDict, total=False):
+    """The fields of :class:`Policy` as keyword arguments (``idempotent(..., lease=5)``)."""
+
+    lease: float | timedelta
+    ttl: float | timedelta
+    wait_timeout: float | timedelta
+    on_expired: ExpiredPolicy
+    fail_open: bool
+    terminal_exceptions: tuple[type[BaseException], ...]
+    allowed_types: tuple[type | tuple[str, str], ...]
+    max_result_bytes: int
+    renew_fraction: float
+    namespace: str
+    scope: Scope | KeyFunction
+
+
+def option_names() -> tuple[str, ...]:
+    """The names :class:`Policy` takes as options, in field order."""
+    return tuple(f.name for f in dataclasses.fields(Policy) if f.init)
+
+
+def env_fields() -> tuple[str, ...]:
+    """The fields :meth:`Policy.from_env` reads (every option a string can give)."""
+    return tuple(
+        f.name for f in dataclasses.fields(Policy) if f.init and f.metadata.get("env", True)
+    )

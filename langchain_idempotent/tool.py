@@ -4,12 +4,12 @@ The wrapper is a :class:`~langchain_core.tools.BaseTool` that shows the model ex
 inner tool (name, description, ``args_schema``, ``tool_call_schema``) and parses a call's
 arguments as the inner tool does (``InjectedState``, ``InjectedStore``,
 ``InjectedToolCallId`` and ``ToolRuntime`` pass through). Its own tool run is the one in
-the trace: it calls the inner tool's ``_run`` / ``_arun`` directly (:mod:`.direct`), and
+the trace: it calls the inner tool's ``_run`` / ``_arun`` directly (:mod:`._compat`), and
 LangChain formats the result (``ToolMessage``, ``content_and_artifact``) and handles errors
 as the inner tool is configured to. A tool whose class overrides ``invoke`` or ``run`` is
 invoked with the full ``ToolCall`` envelope instead. The wrapper holds no storage code: it
-derives the key (:mod:`.keys`) and lets the :class:`~langchain_idempotent.engine.Engine`
-run the call.
+hands the call to :mod:`._call` (shared with the middleware), which derives the key and
+lets the :class:`~langchain_idempotent.engine.Engine` run it.
 
 What is stored is what the tool returned (its content, ``(content, artifact)``, or its
 own ``ToolMessage`` / ``Command``), so a replay is formatted for the current call; a
@@ -22,75 +22,30 @@ A tool error that the tool's ``handle_tool_error`` turns into an error ``ToolMes
 returned as such and not memoized, so a retry runs again.
 """
 
-import contextlib
-import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForToolRun,
-    CallbackManagerForToolRun,
-    adispatch_custom_event,
-    dispatch_custom_event,
-)
+from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config, patch_config
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import ConfigDict, Field, PrivateAttr
 
-from .direct import DirectCall
+from ._call import PendingCall, build_engine, unmemoized_if_error
+from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
 from .engine import Engine
-from .events import EventHook, IdempotencyEvent
-from .keys import DerivedKey, call_info, derive_key, model_schema
-from .policy import Policy
+from .events import EventHook
+from .keys import model_schema
+from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
 __all__ = ["IdempotentTool", "idempotent"]
 
-#: Events worth surfacing as callback events (claims and completions are the quiet path).
-_SURFACED = frozenset(
-    {
-        "replay",
-        "wait",
-        "takeover",
-        "lease_lost",
-        "stale_completion",
-        "payload_mismatch",
-        "outcome_unknown",
-        "store_error",
-        "fail_open",
-    }
-)
-
-
-@dataclasses.dataclass(slots=True)
-class _Pending:
-    """One call between ``invoke`` (which derives the key) and ``_run`` (which runs it)."""
-
-    derived: DerivedKey
-    tool_input: Any  # the original input: a ToolCall envelope, a dict or a str
-    tool_call_id: str | None
-    events: list[IdempotencyEvent] = dataclasses.field(default_factory=list)
-    replayed: bool = False
-
-    def observe(self, event: IdempotencyEvent) -> None:
-        if event.kind in ("replay", "stale_completion"):
-            self.replayed = True
-        if event.kind in _SURFACED:
-            self.events.append(event)
-
-
-_pending: ContextVar[_Pending | None] = ContextVar("langchain_idempotent_pending", default=None)
-
-
-class _HandledToolError(BaseException):
-    """The inner tool turned its error into a ToolMessage: release, don't memoize."""
-
-    def __init__(self, message: ToolMessage) -> None:
-        super().__init__(message.content)
-        self.message = message
+#: The call between ``invoke`` (which derives the key) and ``_run`` (which runs it):
+#: ``BaseTool.run`` does not pass the original input on.
+_pending: ContextVar[PendingCall | None] = ContextVar("langchain_idempotent_pending", default=None)
 
 
 class IdempotentTool(BaseTool):
@@ -157,7 +112,7 @@ class IdempotentTool(BaseTool):
 
     @property
     def _injected_args_keys(self) -> frozenset[str]:  # type: ignore[override]
-        return self.inner._injected_args_keys
+        return injected_args_keys(self.inner)
 
     @property
     def func(self) -> Callable[..., Any] | None:
@@ -176,27 +131,24 @@ class IdempotentTool(BaseTool):
         self, tool_input: str | dict[str, Any], tool_call_id: str | None
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Parse the input as the inner tool does (its schema, its single-input rules)."""
-        return self.inner._to_args_and_kwargs(tool_input, tool_call_id)
+        return to_args_and_kwargs(self.inner, tool_input, tool_call_id)
 
     # -- invoke: derive the key, then let BaseTool open the tool run -----------------------
 
-    def _derive(self, tool_input: Any, config: RunnableConfig) -> _Pending | None:
+    def _derive(self, tool_input: Any, config: RunnableConfig) -> PendingCall | None:
         if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
             args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
         else:
             args, tool_call_id = tool_input, None
-        try:
-            info = call_info(
-                tool=self.name,
-                schema=self.tool_call_schema,
-                tool_input=args,
-                tool_call_id=tool_call_id,
-                config=config,
-                namespace=self.policy.namespace,
-            )
-        except ValidationError:
-            return None  # invalid arguments: the tool reports them as it always does
-        return _Pending(derive_key(info, self.policy.scope), tool_input, tool_call_id)
+        return PendingCall.derive(
+            tool=self.name,
+            schema=self.tool_call_schema,
+            tool_input=tool_input,
+            args=args,
+            tool_call_id=tool_call_id,
+            config=config,
+            policy=self.policy,
+        )
 
     def _start(self, input: Any, config: RunnableConfig | None) -> tuple[RunnableConfig, Any]:
         config = ensure_config(config)
@@ -238,29 +190,15 @@ class IdempotentTool(BaseTool):
             if run_manager is None
             else patch_config(config, callbacks=run_manager.get_child())
         )
-
         direct = self._direct
 
         def action() -> Any:
             if direct is not None:
-                return _checked(direct.run(args, kwargs, config=config, run_manager=run_manager))
+                result = direct.run(args, kwargs, config=config, run_manager=run_manager)
+                return unmemoized_if_error(result)
             return self._shape(self._runner.invoke(self._envelope(pending), child))
 
-        try:
-            result = self.engine.run(
-                pending.derived.key,
-                fingerprint=pending.derived.fingerprint,
-                action=action,
-                tool=self.name,
-                meta=pending.derived.meta,
-                observer=pending.observe,
-            )
-        except _HandledToolError as handled:
-            return handled.message
-        finally:
-            for event in pending.events:
-                _dispatch(event, child)
-        return _restamp(result, pending) if pending.replayed else result
+        return pending.run(self.engine, action, child)
 
     async def _arun(
         self,
@@ -275,33 +213,17 @@ class IdempotentTool(BaseTool):
             if run_manager is None
             else patch_config(config, callbacks=run_manager.get_child())
         )
-
         direct = self._direct
 
         async def action() -> Any:
             if direct is not None:
-                return _checked(
-                    await direct.arun(args, kwargs, config=config, run_manager=run_manager)
-                )
+                result = await direct.arun(args, kwargs, config=config, run_manager=run_manager)
+                return unmemoized_if_error(result)
             return self._shape(await self._runner.ainvoke(self._envelope(pending), child))
 
-        try:
-            result = await self.engine.arun(
-                pending.derived.key,
-                fingerprint=pending.derived.fingerprint,
-                action=action,
-                tool=self.name,
-                meta=pending.derived.meta,
-                observer=pending.observe,
-            )
-        except _HandledToolError as handled:
-            return handled.message
-        finally:
-            for event in pending.events:
-                await _adispatch(event, child)
-        return _restamp(result, pending) if pending.replayed else result
+        return await pending.arun(self.engine, action, child)
 
-    def _envelope(self, pending: _Pending) -> Any:
+    def _envelope(self, pending: PendingCall) -> Any:
         """What the inner tool is invoked with: the caller's input, or for an artifact tool
         invoked with plain arguments a ToolCall, so the artifact is produced and stored."""
         if (
@@ -321,12 +243,12 @@ class IdempotentTool(BaseTool):
     def _shape(self, result: Any) -> Any:
         """An artifact tool's ToolMessage is stored as ``(content, artifact)``, so a replay
         gives every caller what BaseTool would (a message for a ToolCall, else the content)."""
-        result = _checked(result)
+        result = unmemoized_if_error(result)
         if self.response_format == "content_and_artifact" and isinstance(result, ToolMessage):
             return (result.content, result.artifact)
         return result
 
-    def _take_pending(self) -> _Pending:
+    def _take_pending(self) -> PendingCall:
         pending = _pending.get()
         if pending is None:
             # Only reachable if the arguments failed our validation but not the tool's.
@@ -337,75 +259,25 @@ class IdempotentTool(BaseTool):
         return pending
 
 
-def _checked(result: Any) -> Any:
-    if isinstance(result, ToolMessage) and result.status == "error":
-        raise _HandledToolError(result)
-    return result
-
-
-def _restamp(result: Any, pending: _Pending) -> Any:
-    """Point a replayed ToolMessage / Command at the current call; drop stale ids."""
-    call_id = pending.tool_call_id
-    if call_id is None:
-        return result
-    if isinstance(result, ToolMessage):
-        return result.model_copy(update={"tool_call_id": call_id, "id": None})
-    if isinstance(result, list) and result and all(_is_output(r) for r in result):
-        return [_restamp(r, pending) for r in result]
-    from langgraph.types import Command
-
-    if isinstance(result, Command) and isinstance(result.update, dict):
-        messages = result.update.get("messages")
-        if isinstance(messages, list):
-            update = {**result.update, "messages": [_restamp(m, pending) for m in messages]}
-            return dataclasses.replace(result, update=update)
-    return result
-
-
-def _is_output(value: Any) -> bool:
-    from langchain_core.messages.tool import ToolOutputMixin
-
-    return isinstance(value, ToolOutputMixin)
-
-
-def _event_data(event: IdempotencyEvent) -> dict[str, Any]:
-    return {
-        "key": event.key,
-        "tool": event.tool,
-        "fence": event.fence,
-        "attempt": event.attempt,
-        **event.detail,
-    }
-
-
-def _dispatch(event: IdempotencyEvent, config: RunnableConfig) -> None:
-    # No parent run (a bare call without callbacks): the log line still says it.
-    with contextlib.suppress(RuntimeError):
-        dispatch_custom_event(f"idempotency.{event.kind}", _event_data(event), config=config)
-
-
-async def _adispatch(event: IdempotencyEvent, config: RunnableConfig) -> None:
-    with contextlib.suppress(RuntimeError):
-        await adispatch_custom_event(f"idempotency.{event.kind}", _event_data(event), config=config)
-
-
 @overload
 def idempotent(
     tool_or_tools: BaseTool | Callable[..., Any],
-    store: BaseIdempotencyStore | None = None,
+    store: BaseIdempotencyStore,
     *,
+    policy: Policy | None = None,
     on_event: EventHook | None = None,
-    **policy: Any,
+    **options: Unpack[PolicyOptions],
 ) -> IdempotentTool: ...
 
 
 @overload
 def idempotent(
     tool_or_tools: Sequence[BaseTool | Callable[..., Any]],
-    store: BaseIdempotencyStore | None = None,
+    store: BaseIdempotencyStore,
     *,
+    policy: Policy | None = None,
     on_event: EventHook | None = None,
-    **policy: Any,
+    **options: Unpack[PolicyOptions],
 ) -> list[IdempotentTool]: ...
 
 
@@ -413,25 +285,25 @@ def idempotent(
     tool_or_tools: BaseTool | Callable[..., Any] | Sequence[BaseTool | Callable[..., Any]],
     store: BaseIdempotencyStore | None = None,
     *,
+    policy: Policy | None = None,
     on_event: EventHook | None = None,
-    **policy: Any,
+    **options: Unpack[PolicyOptions],
 ) -> IdempotentTool | list[IdempotentTool]:
     """Wrap a tool (or a list of tools) so each call runs at most once per key.
 
-    ``store`` defaults to the one configured by ``IDEMPOTENCY_*`` environment variables
-    (:class:`~langchain_idempotent.settings.IdempotencySettings`). ``policy`` takes the
-    fields of :class:`~langchain_idempotent.policy.Policy` (``lease``, ``ttl``,
-    ``wait_timeout``, ``on_expired``, ``fail_open``, ``terminal_exceptions``,
-    ``allowed_types``, ``namespace``, ``scope``, ...); unknown names are an error.
+    ``store`` is required: where leases and results live
+    (``SqliteIdempotencyStore("records.db")``, ``RedisIdempotencyStore.from_url(url)``,
+    ``InMemoryIdempotencyStore()`` in tests, or ``store_from_env()`` for the one the
+    ``IDEMPOTENCY_*`` variables configure). ``policy`` is a whole
+    :class:`~langchain_idempotent.policy.Policy` (e.g. ``Policy.from_env()``); the keyword
+    ``options`` are its fields (``lease``, ``ttl``, ``wait_timeout``, ``on_expired``,
+    ``fail_open``, ``terminal_exceptions``, ``allowed_types``, ``namespace``, ``scope``,
+    ...) and win over ``policy``; an unknown name is a ``TypeError``. Nothing is read
+    from the environment here.
     """
-    from .settings import IdempotencySettings
-
-    settings = IdempotencySettings()
-    base = settings.policy()
-    resolved = Policy.from_kwargs(base, **policy)
-    if store is None:
-        store = settings.store()
-    engine = Engine(store, resolved, on_event=on_event)
+    engine = build_engine(
+        store, policy=policy, options=options, on_event=on_event, who="idempotent()"
+    )
 
     def wrap(t: BaseTool | Callable[..., Any]) -> IdempotentTool:
         if not isinstance(t, BaseTool):

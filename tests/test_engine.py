@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 import pytest
-from langgraph.errors import GraphInterrupt
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 
 from langchain_idempotent import (
     Engine,
@@ -24,6 +24,7 @@ from langchain_idempotent import (
     StoreUnavailableError,
     get_idempotency_context,
 )
+from langchain_idempotent.engine import Unmemoized
 from langchain_idempotent.record import State
 
 
@@ -154,8 +155,15 @@ def test_a_terminal_error_is_stored_and_re_raised_on_replay_without_running() ->
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), GraphInterrupt(), SystemExit(3)])
-def test_base_exceptions_release_the_lease_and_propagate(exc: BaseException) -> None:
-    engine, store, _ = make(terminal_exceptions=(Exception,))
+def test_base_exceptions_and_control_flow_release_the_lease_and_propagate(
+    exc: BaseException,
+) -> None:
+    # The adapters name LangGraph's control flow (interrupt(), parent commands) as never
+    # terminal; the engine itself does not import LangGraph.
+    store = InMemoryIdempotencyStore()
+    engine = Engine(
+        store, Policy(terminal_exceptions=(Exception,)), never_terminal=(GraphBubbleUp,)
+    )
 
     def boom() -> str:
         raise exc
@@ -317,7 +325,7 @@ def test_a_result_over_the_size_limit_is_an_error_and_is_not_repeated() -> None:
 
     with pytest.raises(ResultTooLargeError, match="max_result_bytes"):
         engine.run("k", fingerprint="f", action=big)
-    with pytest.raises(Exception, match="ResultTooLargeError"):
+    with pytest.raises(ResultTooLargeError, match="max_result_bytes"):  # the same error
         engine.run("k", fingerprint="f", action=big)
     assert len(runs) == 1
 
@@ -377,3 +385,48 @@ def test_a_tool_that_lost_its_lease_learns_it_and_can_stop_before_the_effect() -
         engine.run("k", fingerprint="f", action=long_tool)
     assert info.value.key == "k" and effects == []
     assert "lease_lost" in [e.kind for e in events]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_an_unmemoized_answer_is_returned_and_the_key_released(mode: str) -> None:
+    engine, store, events = make()
+    runs: list[int] = []
+
+    def act() -> object:
+        runs.append(1)
+        return Unmemoized("the tool failed; tell the model") if len(runs) == 1 else "done"
+
+    async def aact() -> object:
+        return act()
+
+    def call() -> object:
+        return engine.run("k", fingerprint="f", action=act)
+
+    async def acall() -> object:
+        return await engine.arun("k", fingerprint="f", action=aact)
+
+    first = call() if mode == "sync" else await acall()
+    assert first == "the tool failed; tell the model"
+    rec = store.get("k")
+    assert rec is not None and rec.state is State.FREE
+    assert (call() if mode == "sync" else await acall()) == "done"
+    assert len(runs) == 2
+    assert [e.kind for e in events] == ["claim", "release", "claim", "complete"]
+
+
+def test_the_engine_does_not_import_langgraph() -> None:
+    import ast
+    import inspect
+
+    import langchain_idempotent.engine as engine_module
+
+    tree = ast.parse(inspect.getsource(engine_module))
+    imported = {
+        name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+    }
+    assert not {m for m in imported if m.split(".")[0] in ("langgraph", "langchain_core")}

@@ -334,3 +334,12 @@ def test_the_library_installs_no_log_handler() -> None:
     for name, logger in children.items():
         if name.startswith("langchain_idempotent.") and isinstance(logger, logging.Logger):
             assert logger.handlers == [], name
+
+
+def test_every_event_kind_has_one_row_a_log_level_and_a_line_in_the_docs() -> None:
+    from langchain_idempotent import events
+
+    assert set(events._KINDS) == set(EVENT_KINDS) and len(EVENT_KINDS) == len(events._KINDS)
+    assert set(EVENT_KINDS) - {"claim", "complete", "release"} == events.SURFACED_KINDS
+    doc = events.__doc__ or ""
+    assert [kind for kind in EVENT_KINDS if f"``{kind}``" not in doc] == []

@@ -8,6 +8,8 @@ validation, re-stamps every replayed ``ToolMessage`` / ``Command`` with the curr
 from __future__ import annotations
 
 import asyncio
+import importlib
+import sys
 from typing import Annotated, Any
 
 import pytest
@@ -16,9 +18,16 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
-from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
+from langchain_idempotent import (
+    IdempotencyMiddleware,
+    InMemoryIdempotencyStore,
+    MissingScopeError,
+    idempotent,
+)
 from tests.support.graphs import (
     Effects,
     EventRecorder,
@@ -261,3 +270,69 @@ def test_the_middleware_needs_the_names_of_the_tools_it_wraps(
         IdempotencyMiddleware(store, tools=[])
     with pytest.raises(TypeError, match="unknown idempotency option"):
         IdempotencyMiddleware(store, tools=["x"], leese=3)
+
+
+# -- a missing scope is the developer's mistake, never a tool failure for the model --------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_missing_thread_id_reaches_the_developer_from_create_agent(
+    store: InMemoryIdempotencyStore, mode: str
+) -> None:
+    effects = Effects()
+    agent = create_agent(
+        ScriptedChatModel(then=on_each_turn(("issue_refund", REFUND))),
+        tools=_tools(effects),
+        middleware=[IdempotencyMiddleware(store, tools=["issue_refund"])],
+    )  # no checkpointer: no thread id
+    with pytest.raises(MissingScopeError, match="without a thread id"):
+        await run(agent, {"messages": [HumanMessage("refund")]}, {}, mode)
+    assert effects.count() == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_missing_thread_id_passes_through_a_tool_node_that_handles_every_error(
+    store: InMemoryIdempotencyStore, mode: str
+) -> None:
+    effects = Effects()
+    middleware = IdempotencyMiddleware(store, tools=["issue_refund"])
+    node = ToolNode(
+        _tools(effects),
+        handle_tool_errors=True,
+        wrap_tool_call=middleware.wrap_tool_call,
+        awrap_tool_call=middleware.awrap_tool_call,
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "tools")
+    graph = builder.compile()  # no checkpointer: no thread id
+    state = {"messages": [calls(call("issue_refund", REFUND))]}
+    with pytest.raises(MissingScopeError, match="without a thread id"):
+        await run(graph, state, {}, mode)
+    assert effects.count() == 0
+
+
+def test_decisions_are_dispatched_as_callback_events(store: InMemoryIdempotencyStore) -> None:
+    effects = Effects()
+    agent = create_agent(
+        ScriptedChatModel(then=on_each_turn(("issue_refund", REFUND))),
+        tools=_tools(effects),
+        middleware=[IdempotencyMiddleware(store, tools=["issue_refund"])],
+        checkpointer=InMemorySaver(),
+    )
+    recorder = EventRecorder()
+    config: RunnableConfig = {**thread("mw-events"), "callbacks": [recorder]}
+    agent.invoke({"messages": [HumanMessage("refund")]}, config)
+    agent.invoke({"messages": [HumanMessage("again")]}, config)
+    assert recorder.names() == ["idempotency.replay"]
+
+
+def test_importing_the_middleware_without_langchain_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [m for m in sys.modules if m == "langchain" or m.startswith("langchain.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "langchain", None)  # what `import` sees when absent
+    monkeypatch.delitem(sys.modules, "langchain_idempotent.middleware", raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'langchain-idempotent\[agents\]'"):
+        importlib.import_module("langchain_idempotent.middleware")

@@ -1,7 +1,10 @@
-"""Configuration: production defaults, environment variables, clear errors for bad options."""
+"""Configuration: production defaults in one place, the environment read only when asked,
+typed options, clear errors for bad options."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -10,12 +13,15 @@ import pytest
 from langchain_core.tools import tool
 
 from langchain_idempotent import (
+    IdempotencyMiddleware,
     IdempotencySettings,
     InMemoryIdempotencyStore,
     Policy,
     idempotent,
     store_from_url,
 )
+from langchain_idempotent.policy import PolicyOptions, env_fields, option_names
+from langchain_idempotent.settings import store_from_env
 
 
 @tool
@@ -56,16 +62,87 @@ def test_bad_policies_are_rejected_with_the_field_named(
 
 def test_an_unknown_option_to_idempotent_is_named() -> None:
     with pytest.raises(TypeError, match="leese"):
-        idempotent(ping, store=InMemoryIdempotencyStore(), leese=3)
+        idempotent(ping, store=InMemoryIdempotencyStore(), leese=3)  # type: ignore[call-overload]
 
 
-def test_environment_configures_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ttl_shorter_than_the_lease_names_both_options_and_the_fix() -> None:
+    with pytest.raises(ValueError) as raised:
+        idempotent(ping, store=InMemoryIdempotencyStore(), ttl=2)
+    message = str(raised.value)
+    assert "ttl (2s) must be at least the lease (30s)" in message
+    assert "ttl=" in message and "lease=" in message
+    # Following the advice works.
+    assert idempotent(ping, store=InMemoryIdempotencyStore(), ttl=2, lease=1).policy.ttl_s == 2
+
+
+def test_policy_options_are_the_fields_of_the_policy_with_the_same_types() -> None:
+    fields = {f.name for f in dataclasses.fields(Policy) if f.init}
+    assert set(PolicyOptions.__annotations__) == fields == set(option_names())
+    policy_hints = typing.get_type_hints(Policy)
+    assert typing.get_type_hints(PolicyOptions) == {name: policy_hints[name] for name in fields}
+    assert PolicyOptions.__total__ is False
+
+
+def test_options_win_over_a_whole_policy() -> None:
+    base = Policy(lease=5, namespace="billing")
+    wrapped = idempotent(ping, InMemoryIdempotencyStore(), policy=base, wait_timeout=3)
+    assert wrapped.policy == Policy(lease=5, namespace="billing", wait_timeout=3)
+    with pytest.raises(TypeError, match="policy must be a Policy"):
+        idempotent(ping, InMemoryIdempotencyStore(), policy={"lease": 5})  # type: ignore[call-overload]
+
+
+def test_the_environment_is_read_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IDEMPOTENCY_LEASE", "12")
     monkeypatch.setenv("IDEMPOTENCY_NAMESPACE", "billing")
     monkeypatch.setenv("IDEMPOTENCY_ON_EXPIRED", "raise")
-    wrapped = idempotent(ping, store=InMemoryIdempotencyStore(), wait_timeout=3)
+    # idempotent() and the middleware never read it ...
+    assert idempotent(ping, InMemoryIdempotencyStore()).policy == Policy()
+    middleware = IdempotencyMiddleware(InMemoryIdempotencyStore(), tools=["ping"])
+    assert middleware.engine.policy == Policy()
+    # ... Policy.from_env() does, and options given in code win over it.
+    wrapped = idempotent(ping, InMemoryIdempotencyStore(), policy=Policy.from_env(), wait_timeout=3)
     assert wrapped.policy.lease_s == 12 and wrapped.policy.namespace == "billing"
     assert wrapped.policy.on_expired == "raise" and wrapped.policy.wait_timeout_s == 3
+    assert IdempotencySettings().policy() == Policy.from_env()
+
+
+def test_every_string_option_has_its_environment_variable() -> None:
+    values = {
+        "lease": ("PT5S", 5.0),
+        "ttl": ("7200", 7200.0),
+        "wait_timeout": ("0", 0.0),
+        "on_expired": ("raise", "raise"),
+        "fail_open": ("true", True),
+        "max_result_bytes": ("4096", 4096),
+        "renew_fraction": ("0.5", 0.5),
+        "namespace": ("tenant-a", "tenant-a"),
+        "scope": ("call", "call"),
+    }
+    assert set(env_fields()) == set(values)
+    assert set(option_names()) - set(env_fields()) == {"terminal_exceptions", "allowed_types"}
+    environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}
+    policy = Policy.from_env("APP_", environ=environ)
+    for name, (_, expected) in values.items():
+        seconds = getattr(policy, f"{name}_s", None)
+        assert (seconds if seconds is not None else getattr(policy, name)) == expected, name
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"IDEMPOTENCY_LEASE": "soon"}, "IDEMPOTENCY_LEASE='soon'"),
+        ({"IDEMPOTENCY_ON_EXPIRED": "ignore"}, "IDEMPOTENCY_ON_EXPIRED='ignore'"),
+        ({"IDEMPOTENCY_LEASE": "0"}, "lease must be a positive duration.*IDEMPOTENCY_LEASE"),
+        ({"IDEMPOTENCY_TTL": "1"}, "ttl .* at least the lease.*IDEMPOTENCY_TTL"),
+    ],
+)
+def test_a_bad_environment_variable_is_named(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Policy.from_env(environ=environ)
+
+
+def test_settings_hold_only_the_store_part() -> None:
+    assert not set(IdempotencySettings.model_fields) & set(option_names())
 
 
 def test_redis_url_is_read_from_either_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +169,11 @@ def test_replica_acknowledgement_is_configured_from_the_environment(
         IdempotencySettings()
 
 
-def test_no_store_configured_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_store_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TypeError, match=r"idempotent\(\) needs a store.*store_from_env\(\)"):
+        idempotent(ping)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"IdempotencyMiddleware needs a store.*SqliteIdempotency"):
+        IdempotencyMiddleware(tools=["ping"])
     for var in (
         "IDEMPOTENCY_REDIS_URL",
         "REDIS_URL",
@@ -100,8 +181,18 @@ def test_no_store_configured_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -
         "IDEMPOTENCY_STORE_URL",
     ):
         monkeypatch.delenv(var, raising=False)
-    with pytest.raises(ValueError, match="needs a store"):
-        idempotent(ping)
+    with pytest.raises(
+        ValueError, match=r"no idempotency store is configured.*IDEMPOTENCY_STORE_URL"
+    ):
+        store_from_env()
+
+
+def test_the_store_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("IDEMPOTENCY_STORE_URL", raising=False)
+    monkeypatch.delenv("IDEMPOTENCY_REDIS_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("IDEMPOTENCY_SQLITE_PATH", str(tmp_path / "records.db"))
+    assert type(store_from_env()).__name__ == "SqliteIdempotencyStore"
 
 
 def test_store_urls(tmp_path: Path) -> None:
@@ -141,3 +232,10 @@ def test_plain_functions_are_turned_into_tools() -> None:
     assert (
         wrapped.invoke({"amount": 3}, {"configurable": {"idempotency_scope": "o1"}}) == "charged 3"
     )
+
+
+def test_the_settings_docs_name_every_policy_variable() -> None:
+    from langchain_idempotent import settings
+
+    doc = settings.__doc__ or ""
+    assert [n for n in env_fields() if f"``IDEMPOTENCY_{n.upper()}``" not in doc] == []

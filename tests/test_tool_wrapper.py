@@ -26,6 +26,7 @@ from langchain_core.tools import (
 )
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
@@ -49,6 +50,7 @@ from tests.support.graphs import (
     ScriptedChatModel,
     call,
     calls,
+    on_each_turn,
     thread,
     tool_graph,
 )
@@ -888,3 +890,41 @@ def test_events_reach_on_event_hooks_with_the_tool_name(store: InMemoryIdempoten
         ("complete", "lookup_invoice"),
         ("replay", "lookup_invoice"),
     ]
+
+
+# -- a missing scope is the developer's mistake, never a tool failure for the model --------
+
+
+def _never(error: Exception) -> str:
+    return f"the model reads: {error}"
+
+
+@pytest.mark.parametrize("handle_tool_errors", [True, (Exception,), _never])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_missing_thread_id_passes_through_tool_error_handling(
+    handle_tool_errors: Any, mode: str
+) -> None:
+    effects: list[str] = []
+
+    @tool
+    def charge(card: str) -> str:
+        """Charge a card."""
+        effects.append(card)
+        return "charged"
+
+    model = ScriptedChatModel(then=on_each_turn(("charge", {"card": "4242"})))
+    wrapped = idempotent(charge, InMemoryIdempotencyStore())
+    graph = tool_graph(model, [wrapped], handle_tool_errors=handle_tool_errors)  # no checkpointer
+    with pytest.raises(MissingScopeError, match="without a thread id"):
+        if mode == "sync":
+            graph.invoke({"messages": [HumanMessage("charge")]})
+        else:
+            await graph.ainvoke({"messages": [HumanMessage("charge")]})
+    assert effects == []
+
+
+def test_the_wrapper_never_stores_langgraph_control_flow() -> None:
+    wrapped = idempotent(
+        lookup_invoice, InMemoryIdempotencyStore(), terminal_exceptions=(Exception,)
+    )
+    assert GraphBubbleUp in wrapped.engine.never_terminal

@@ -318,7 +318,7 @@ def resolve(
         return 0
 
     _confirm(f"Store this result for {rec.key} ({who})? Every later call replays it.", yes=args.yes)
-    ttl = args.ttl if args.ttl is not None else settings.ttl
+    ttl = args.ttl if args.ttl is not None else settings.policy().ttl_s
     completion = store.complete(
         rec.key,
         owner=rec.owner,

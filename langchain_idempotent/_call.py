@@ -1,0 +1,187 @@
+"""Handling one tool call, for both entry points (:mod:`.tool` and :mod:`.middleware`).
+
+A :class:`PendingCall` is built from what a call is (tool name, model-visible schema,
+input, ``tool_call_id``, config and policy): it derives the key, runs the call through
+the :class:`~langchain_idempotent.engine.Engine` (sync or async), watches the engine's
+events, points a replayed ``ToolMessage`` / ``Command`` at the current call, and
+dispatches the decisions worth seeing (replay, wait, takeover, ...) as callback events
+named ``idempotency.<kind>``.
+
+A tool error that the tool (or ToolNode) already turned into an error ``ToolMessage`` is
+an answer, not a result: :func:`unmemoized_if_error` marks it so the engine releases the
+key and a retry runs again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
+from langchain_core.messages import ToolMessage
+from langchain_core.messages.tool import ToolOutputMixin
+from pydantic import ValidationError
+
+from ._compat import NEVER_TERMINAL, loud
+from .engine import Engine, Unmemoized
+from .errors import MissingScopeError
+from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
+from .keys import DerivedKey, call_info, derive_key
+from .policy import Policy, PolicyOptions
+from .stores.base import BaseIdempotencyStore
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+__all__ = ["PendingCall", "build_engine", "restamp", "unmemoized_if_error"]
+
+
+def build_engine(
+    store: BaseIdempotencyStore | None,
+    *,
+    policy: Policy | None,
+    options: PolicyOptions,
+    on_event: EventHook | None,
+    who: str,
+) -> Engine:
+    """The engine of one wrapper or middleware: ``policy`` with ``options`` on top."""
+    if store is None:
+        raise TypeError(
+            f"{who} needs a store: pass store=SqliteIdempotencyStore('records.db') (or "
+            "RedisIdempotencyStore.from_url(url), InMemoryIdempotencyStore() in tests), or "
+            "store=store_from_env() to use the one IDEMPOTENCY_STORE_URL configures"
+        )
+    if policy is not None and not isinstance(policy, Policy):
+        raise TypeError(f"policy must be a Policy, got {type(policy).__name__}")
+    resolved = (policy or Policy()).with_options(**options)
+    return Engine(store, resolved, on_event=on_event, never_terminal=NEVER_TERMINAL)
+
+
+@dataclasses.dataclass(slots=True)
+class PendingCall:
+    """One call: its key, what it was called with, and what the engine reported."""
+
+    derived: DerivedKey
+    tool: str
+    tool_input: Any  # the original input: a ToolCall envelope, a dict or a str
+    tool_call_id: str | None
+    events: list[IdempotencyEvent] = dataclasses.field(default_factory=list)
+    replayed: bool = False
+
+    @classmethod
+    def derive(
+        cls,
+        *,
+        tool: str,
+        schema: Any,
+        tool_input: Any,
+        args: str | Mapping[str, Any],
+        tool_call_id: str | None,
+        config: RunnableConfig,
+        policy: Policy,
+    ) -> PendingCall | None:
+        """The call's key, or ``None`` when ``args`` do not fit ``schema`` (the tool then
+        reports them as it always does). A missing scope is raised as
+        :class:`~langchain_idempotent._compat.GraphMissingScopeError`: a programming
+        error that no tool-error handling may hand to the model."""
+        try:
+            info = call_info(
+                tool=tool,
+                schema=schema,
+                tool_input=args,
+                tool_call_id=tool_call_id,
+                config=config,
+                namespace=policy.namespace,
+            )
+            derived = derive_key(info, policy.scope)
+        except ValidationError:
+            return None
+        except MissingScopeError as exc:
+            raise loud(exc) from None
+        return cls(derived, tool, tool_input, tool_call_id)
+
+    def observe(self, event: IdempotencyEvent) -> None:
+        if event.kind in ("replay", "stale_completion"):
+            self.replayed = True
+        if event.kind in SURFACED_KINDS:
+            self.events.append(event)
+
+    def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
+        """Run ``action`` once for this call's key; dispatch events against ``config``."""
+        try:
+            result = engine.run(
+                self.derived.key,
+                fingerprint=self.derived.fingerprint,
+                action=action,
+                tool=self.tool,
+                meta=self.derived.meta,
+                observer=self.observe,
+            )
+        finally:
+            for event in self.events:
+                # No parent run (a bare call without callbacks): the log line still says it.
+                with contextlib.suppress(RuntimeError):
+                    dispatch_custom_event(_event_name(event), _event_data(event), config=config)
+        return restamp(result, self.tool_call_id) if self.replayed else result
+
+    async def arun(
+        self, engine: Engine, action: Callable[[], Awaitable[Any]], config: RunnableConfig
+    ) -> Any:
+        """The async twin of :meth:`run`."""
+        try:
+            result = await engine.arun(
+                self.derived.key,
+                fingerprint=self.derived.fingerprint,
+                action=action,
+                tool=self.tool,
+                meta=self.derived.meta,
+                observer=self.observe,
+            )
+        finally:
+            for event in self.events:
+                with contextlib.suppress(RuntimeError):
+                    await adispatch_custom_event(
+                        _event_name(event), _event_data(event), config=config
+                    )
+        return restamp(result, self.tool_call_id) if self.replayed else result
+
+
+def unmemoized_if_error(result: Any) -> Any:
+    """An error ``ToolMessage`` (a handled tool error) is returned but never stored."""
+    if isinstance(result, ToolMessage) and result.status == "error":
+        return Unmemoized(result)
+    return result
+
+
+def restamp(result: Any, tool_call_id: str | None) -> Any:
+    """Point a replayed ToolMessage / Command at the current call; drop stale ids."""
+    if tool_call_id is None:
+        return result
+    if isinstance(result, ToolMessage):
+        return result.model_copy(update={"tool_call_id": tool_call_id, "id": None})
+    if isinstance(result, list) and result and all(isinstance(r, ToolOutputMixin) for r in result):
+        return [restamp(r, tool_call_id) for r in result]
+    from langgraph.types import Command
+
+    if isinstance(result, Command) and isinstance(result.update, dict):
+        messages = result.update.get("messages")
+        if isinstance(messages, list):
+            update = {**result.update, "messages": [restamp(m, tool_call_id) for m in messages]}
+            return dataclasses.replace(result, update=update)
+    return result
+
+
+def _event_name(event: IdempotencyEvent) -> str:
+    return f"idempotency.{event.kind}"
+
+
+def _event_data(event: IdempotencyEvent) -> dict[str, Any]:
+    return {
+        "key": event.key,
+        "tool": event.tool,
+        "fence": event.fence,
+        "attempt": event.attempt,
+        **event.detail,
+    }

@@ -1,0 +1,218 @@
+"""Every touch of a private (or relied-on internal) LangChain / LangGraph API, in one place.
+
+Supported ranges (the ones ``pyproject.toml`` allows and CI tests): ``langchain-core``
+>=1.0,<2, ``langgraph`` >=1.0,<2 (with ``langgraph-prebuilt`` 1.x), and for the
+middleware ``langchain`` >=1.0,<2. Last checked with langchain-core 1.8, langgraph 1.2,
+langgraph-prebuilt 1.1, langchain 1.5. ``tests/test_compat.py`` checks each touch below
+and names the moved API when a release breaks one.
+
+==============================================  ==============================================
+touch                                           why
+==============================================  ==============================================
+``BaseTool._run`` / ``_arun`` of another tool   :class:`DirectCall`: the wrapper's own tool run
+                                                is the only one (LangChain already parsed the
+                                                arguments and will format the output), so the
+                                                inner tool's ``_run`` is called directly
+``langchain_core.tools.base.``                  which parameter of a ``_run`` takes the
+``_get_runnable_config_param``                  ``RunnableConfig`` (as ``BaseTool.run`` decides)
+``BaseTool._injected_args_keys``,               ``IdempotentTool`` parses a call exactly as the
+``BaseTool._to_args_and_kwargs``                inner tool does (:func:`injected_args_keys`,
+                                                :func:`to_args_and_kwargs`)
+``langchain_core.tools.base._format_output``    a result stored by the wrapper, replayed by the
+                                                middleware, becomes the ``ToolMessage``
+                                                LangChain would have made
+                                                (:func:`format_tool_output`)
+LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
+                                                ``scope="turn"`` (:func:`graph_state_messages`)
+``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
+                                                (:data:`NEVER_TERMINAL`), and let through
+                                                ``ToolNode(handle_tool_errors=...)``
+                                                (:class:`GraphMissingScopeError`)
+==============================================  ==============================================
+
+Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
+standard library), not LangChain's private ``_signature_parameters``; a signature that
+cannot be read (or a LangChain whose internals moved) makes :meth:`DirectCall.of`
+return ``None``, and the wrapper goes through the inner tool's ``invoke`` instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.tools import BaseTool, StructuredTool, Tool
+from langgraph.errors import GraphBubbleUp
+
+from .errors import MissingScopeError
+
+if TYPE_CHECKING:
+    from langchain_core.callbacks import (
+        AsyncCallbackManagerForToolRun,
+        CallbackManagerForToolRun,
+    )
+    from langchain_core.runnables import RunnableConfig
+
+__all__ = [
+    "NEVER_TERMINAL",
+    "PREGEL_READ",
+    "DirectCall",
+    "GraphMissingScopeError",
+    "format_tool_output",
+    "graph_state_messages",
+    "injected_args_keys",
+    "loud",
+    "to_args_and_kwargs",
+]
+
+#: Exceptions LangGraph uses for control flow (``interrupt()``, ``Command(graph=PARENT)``):
+#: never stored as a tool's result, whatever ``terminal_exceptions`` says.
+NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
+
+#: LangGraph's internal ``configurable`` key holding a reader of the current state.
+PREGEL_READ = "__pregel_read"
+
+
+# -- errors the tool-error handling must not turn into a message for the model ----------
+
+
+class GraphMissingScopeError(MissingScopeError, GraphBubbleUp):
+    """A :class:`MissingScopeError`: no thread id, a programming error, not a tool failure.
+
+    It is also a ``GraphBubbleUp``, which LangGraph's ``ToolNode`` re-raises under every
+    ``handle_tool_errors`` setting (as it does for ``interrupt()``), so the developer sees
+    it instead of the model reading it as a failed tool call.
+    """
+
+
+def loud(error: MissingScopeError) -> MissingScopeError:
+    """``error`` as a :class:`GraphMissingScopeError` (same message and key)."""
+    if isinstance(error, GraphMissingScopeError):
+        return error
+    return GraphMissingScopeError(str(error), key=error.key)
+
+
+# -- the graph state ------------------------------------------------------------------------
+
+
+def graph_state_messages(config: RunnableConfig) -> Any:
+    """The ``messages`` channel of the running graph's state, or ``None`` outside a graph."""
+    read = (config.get("configurable") or {}).get(PREGEL_READ)
+    if read is None:
+        return None
+    try:
+        return read("messages", False)
+    except Exception:
+        return None
+
+
+# -- BaseTool internals -------------------------------------------------------------------
+
+
+def injected_args_keys(tool: BaseTool) -> frozenset[str]:
+    """The arguments ``tool`` has injected (state, store, runtime, call id)."""
+    return tool._injected_args_keys
+
+
+def to_args_and_kwargs(
+    tool: BaseTool, tool_input: str | dict[str, Any], tool_call_id: str | None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``tool``'s own parsing of one input (its schema, its single-input rules)."""
+    return tool._to_args_and_kwargs(tool_input, tool_call_id)
+
+
+def format_tool_output(content: Any, artifact: Any, tool_call_id: str | None, name: str) -> Any:
+    """What ``BaseTool.run`` returns for a successful result: a ``ToolMessage`` for a tool
+    call (content stringified as LangChain does), the value itself otherwise."""
+    from langchain_core.tools.base import _format_output
+
+    return _format_output(content, artifact, tool_call_id, name, "success")
+
+
+_ENTRY_POINTS = ("invoke", "ainvoke", "run", "arun")
+#: The entry points of LangChain's own tool classes. ``StructuredTool`` and ``Tool``
+#: override ``ainvoke`` only to run a sync-only tool's ``invoke`` in an executor, which
+#: their ``_arun`` does for ``_run`` as well.
+_KNOWN = {
+    name: {getattr(kind, name) for kind in (BaseTool, StructuredTool, Tool)}
+    for name in _ENTRY_POINTS
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Params:
+    """Which of ``run_manager`` and a ``RunnableConfig`` parameter a method takes."""
+
+    run_manager: bool
+    config: str | None
+
+    @classmethod
+    def of(cls, method: Callable[..., Any]) -> _Params:
+        from langchain_core.tools.base import _get_runnable_config_param
+
+        return cls(
+            run_manager="run_manager" in inspect.signature(method).parameters,
+            config=_get_runnable_config_param(method),
+        )
+
+    def kwargs(
+        self, tool_kwargs: Mapping[str, Any], run_manager: Any, config: Any
+    ) -> dict[str, Any]:
+        out = dict(tool_kwargs)
+        if self.run_manager:
+            out["run_manager"] = run_manager
+        if self.config is not None:
+            out[self.config] = config
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class DirectCall:
+    """How to call one tool's ``_run`` and ``_arun`` with already parsed arguments, adding
+    its ``run_manager`` and ``RunnableConfig`` parameters exactly when ``BaseTool.run``
+    would (read once per wrapped tool, not on every call).
+
+    Tools whose class overrides ``invoke``, ``ainvoke``, ``run`` or ``arun`` (beyond
+    LangChain's own ``StructuredTool`` and ``Tool``) get ``None`` from :meth:`of`: their
+    override may do work that ``_run`` does not, so they are called through ``invoke``.
+    """
+
+    tool: BaseTool
+    sync: _Params
+    async_: _Params
+
+    @classmethod
+    def of(cls, tool: BaseTool) -> DirectCall | None:
+        kind = type(tool)
+        if any(getattr(kind, name) not in _KNOWN[name] for name in _ENTRY_POINTS):
+            return None
+        try:
+            sync = _Params.of(tool._run)
+            # As BaseTool.arun: a tool without its own _arun runs _run in an executor.
+            uses_run = kind._arun is BaseTool._arun
+            async_ = _Params.of(tool._run if uses_run else tool._arun)
+        except (ImportError, AttributeError, TypeError, ValueError, NameError):
+            return None  # a LangChain whose internals moved: go through invoke
+        return cls(tool, sync, async_)
+
+    def run(
+        self,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        *,
+        config: RunnableConfig,
+        run_manager: CallbackManagerForToolRun | None,
+    ) -> Any:
+        return self.tool._run(*args, **self.sync.kwargs(kwargs, run_manager, config))
+
+    async def arun(
+        self,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        *,
+        config: RunnableConfig,
+        run_manager: AsyncCallbackManagerForToolRun | None,
+    ) -> Any:
+        return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))

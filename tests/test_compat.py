@@ -1,0 +1,180 @@
+"""Each private LangChain / LangGraph API that ``_compat.py`` relies on still exists and
+behaves as relied on. A failure names the API that moved: fix ``_compat.py`` (and nothing
+else: no other module touches these)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForToolRun
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
+from langgraph.errors import GraphBubbleUp
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+import langchain_idempotent
+from langchain_idempotent import MissingScopeError, _compat
+
+
+def moved(api: str) -> str:
+    return (
+        f"LangChain/LangGraph moved or changed {api}, which langchain_idempotent/_compat.py "
+        "relies on: update _compat.py for this release (its docstring lists the supported ranges)"
+    )
+
+
+def test_get_runnable_config_param_finds_the_config_parameter() -> None:
+    try:
+        from langchain_core.tools.base import _get_runnable_config_param
+    except ImportError:
+        pytest.fail(moved("langchain_core.tools.base._get_runnable_config_param"))
+
+    def run(x: int, cfg: RunnableConfig) -> int:
+        return x
+
+    assert _get_runnable_config_param(run) == "cfg", moved("_get_runnable_config_param")
+
+
+def test_format_output_makes_the_tool_message_base_tool_would() -> None:
+    try:
+        from langchain_core.tools.base import _format_output  # noqa: F401
+    except ImportError:
+        pytest.fail(moved("langchain_core.tools.base._format_output"))
+    message = _compat.format_tool_output({"refund": 140}, None, "call-1", "issue_refund")
+    assert isinstance(message, ToolMessage), moved("_format_output")
+    assert (message.content, message.tool_call_id, message.name, message.status) == (
+        '{"refund": 140}',
+        "call-1",
+        "issue_refund",
+        "success",
+    ), moved("_format_output")
+    assert _compat.format_tool_output(("c", [1]), None, None, "t") == ("c", [1])
+    own = ToolMessage("x", tool_call_id="call-1")
+    assert _compat.format_tool_output(own, None, "call-2", "t") is own, moved("_format_output")
+
+
+def test_base_tool_parses_and_reports_injected_arguments() -> None:
+    @tool
+    def close(ticket: str, call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Close a ticket."""
+        return ticket
+
+    assert hasattr(BaseTool, "_injected_args_keys"), moved("BaseTool._injected_args_keys")
+    assert hasattr(BaseTool, "_to_args_and_kwargs"), moved("BaseTool._to_args_and_kwargs")
+    assert _compat.injected_args_keys(close) >= {"call_id"}, moved("_injected_args_keys")
+    args, kwargs = _compat.to_args_and_kwargs(close, {"ticket": "T-1"}, "call-9")
+    assert (args, kwargs) == ((), {"ticket": "T-1", "call_id": "call-9"}), moved(
+        "BaseTool._to_args_and_kwargs"
+    )
+
+
+def test_a_tools_own_run_is_called_directly_with_its_run_manager_and_config() -> None:
+    seen: dict[str, Any] = {}
+
+    class Refund(BaseTool):
+        name: str = "refund"
+        description: str = "Refund."
+
+        def _run(
+            self,
+            amount: int,
+            run_manager: CallbackManagerForToolRun | None = None,
+            *,
+            cfg: RunnableConfig,
+        ) -> str:
+            seen.update(run_manager=run_manager, config=cfg)
+            return f"refunded {amount}"
+
+    direct = _compat.DirectCall.of(Refund())
+    assert direct is not None, moved("BaseTool._run's calling convention")
+    config: RunnableConfig = {"tags": ["t"]}
+    marker: Any = object()
+    assert direct.run((3,), {}, config=config, run_manager=marker) == "refunded 3"
+    assert seen == {"run_manager": marker, "config": config}, moved(
+        "BaseTool._run (run_manager / RunnableConfig parameters)"
+    )
+
+
+async def test_a_tools_own_arun_is_called_directly() -> None:
+    @tool
+    async def notify(to: str) -> str:
+        """Notify."""
+        return f"sent to {to}"
+
+    direct = _compat.DirectCall.of(notify)
+    assert direct is not None, moved("StructuredTool._arun's signature")
+    result = await direct.arun((), {"to": "a@b"}, config={}, run_manager=None)
+    assert result == "sent to a@b", moved("StructuredTool._arun")
+
+
+def test_a_running_graph_exposes_its_state_to_a_tool() -> None:
+    seen: list[Any] = []
+
+    @tool
+    def peek(x: int, config: RunnableConfig) -> str:
+        """Peek at the graph state."""
+        assert _compat.PREGEL_READ in (config.get("configurable") or {}), moved(
+            f"LangGraph's configurable[{_compat.PREGEL_READ!r}]"
+        )
+        seen.append(_compat.graph_state_messages(config))
+        return "ok"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([peek]))
+    builder.add_edge(START, "tools")
+    call = {"name": "peek", "args": {"x": 1}, "id": "c1", "type": "tool_call"}
+    builder.compile().invoke(
+        {"messages": [HumanMessage("hi", id="h1"), AIMessage("", tool_calls=[call])]}
+    )
+    [messages] = seen
+    assert [m.id for m in messages][:1] == ["h1"], moved(f"configurable[{_compat.PREGEL_READ!r}]")
+    assert _compat.graph_state_messages({}) is None
+
+
+@pytest.mark.parametrize("handle_tool_errors", [True, (Exception,)])
+def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
+    handle_tool_errors: Any,
+) -> None:
+    @tool
+    def broken(x: int) -> str:
+        """Fails as a misconfigured idempotent tool does."""
+        raise _compat.loud(MissingScopeError("no thread id"))
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([broken], handle_tool_errors=handle_tool_errors))
+    builder.add_edge(START, "tools")
+    call = {"name": "broken", "args": {"x": 1}, "id": "c1", "type": "tool_call"}
+    with pytest.raises(MissingScopeError, match="no thread id") as raised:
+        builder.compile().invoke({"messages": [AIMessage("", tool_calls=[call])]})
+    assert isinstance(raised.value, GraphBubbleUp), moved("ToolNode's GraphBubbleUp handling")
+
+
+def test_no_other_module_touches_private_langchain_or_langgraph_names() -> None:
+    package = Path(langchain_idempotent.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if path.name == "_compat.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("langchain", "langgraph")
+            ):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if private or "._" in (node.module or ""):
+                    offenders.append(f"{path.name}: from {node.module} import {private}")
+            if isinstance(node, ast.Constant) and node.value == _compat.PREGEL_READ:
+                offenders.append(f"{path.name}: {_compat.PREGEL_READ!r}")
+    assert offenders == [], "private LangChain/LangGraph use outside _compat.py"
+
+
+def test_compat_lists_its_supported_ranges() -> None:
+    doc = inspect.getdoc(_compat) or ""
+    for package in ("langchain-core", "langgraph", "langchain"):
+        assert f"``{package}``" in doc
