@@ -37,19 +37,9 @@ from dataclasses import asdict
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .faults import FaultRates, chance
-from .jobs import (
-    COUNTERS,
-    FAILED,
-    KILLED_EXIT_CODE,
-    MODES,
-    PENDING,
-    Shared,
-    WorkerConfig,
-    start_worker,
-)
 from .provider import Invoice, PaymentProvider, ProviderFaults
 from .report import (
     ModeResult,
@@ -59,7 +49,11 @@ from .report import (
     save_json,
     worst_customers,
 )
+from .shared import COUNTERS, FAILED, KILLED_EXIT_CODE, MODES, PENDING, Shared, WorkerConfig
 from .tickets import Ticket, generate_tickets
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
 
 __all__ = ["BatchOptions", "main", "parse_args", "run_batch", "run_mode"]
 
@@ -160,10 +154,35 @@ def _rates(opts: BatchOptions) -> FaultRates:
 
 
 def _context() -> ForkServerContext:
-    """Workers fork from a server process that imported the agent stack once."""
+    """Workers fork from a server process that imported the agent stack once.
+
+    This process (the parent) never imports LangGraph: :mod:`graphs.worker` is imported by
+    the fork server only, and :func:`_run_worker` reaches it from inside a worker.
+    """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["graphs.worker"])
+    ctx.set_forkserver_preload(["graphs.worker", "graphs.batch"])
     return ctx
+
+
+def _run_worker(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared) -> None:
+    """A worker's entry point, run in the forked process."""
+    from .worker import worker_main  # preloaded in the fork server: no import cost here
+
+    worker_main(cfg, slot, tasks, shared)
+
+
+def start_worker(
+    ctx: ForkServerContext, cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared
+) -> BaseProcess:
+    """Start worker ``slot`` of ``cfg.mode`` (a daemon process forked by the fork server)."""
+    proc = ctx.Process(
+        target=_run_worker,
+        args=(cfg, slot, tasks, shared),
+        name=f"refund-worker-{cfg.mode}-{slot}",
+        daemon=True,
+    )
+    proc.start()
+    return proc
 
 
 def run_mode(
