@@ -45,7 +45,7 @@ FIRST_RUN = "first run"
 ROWS: list[tuple[str, str]] = [
     ("ping", "one `r.ping()` through `redis.Redis`"),
     ("raw_ping", "raw socket + hiredis PING — the floor"),
-    ("reference", "reference approach (DESIGN.md)"),
+    ("reference", "reference approach (GET / SET NX / DEL)"),
     ("powertools", "Powertools' Redis idempotency layer"),
     ("floor_client", "minimal 2-round-trip Lua protocol through `redis.Redis`"),
     ("floor_held", "the same on a connection held from the pool"),

@@ -106,7 +106,7 @@ def _make_store(cfg: WorkerConfig) -> BaseIdempotencyStore:
 
 def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
     if cfg.redis_url:
-        return RedisKV(cfg.redis_url, prefix=cfg.redis_prefix)
+        return RedisKV.from_url(cfg.redis_url, prefix=cfg.redis_prefix)
     return SqliteKV(Path(cfg.workdir) / "reference.sqlite")
 
 
