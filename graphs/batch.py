@@ -150,7 +150,7 @@ def _context() -> ForkServerContext:
     the fork server only, and :func:`_run_worker` reaches it from inside a worker.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["graphs.worker", "graphs.batch"])
+    ctx.set_forkserver_preload(["graphs.worker"])
     return ctx
 
 
