@@ -1,10 +1,10 @@
 """A throwaway ``redis-server`` for one benchmark run, and CPU placement of server and client.
 
-The server listens on a free loopback port with persistence off (``--save "" --appendonly
-no``), is started under ``taskset`` when it exists, and is stopped (``SIGTERM``, then
-killed if need be) when the run ends. :func:`place` moves the server's threads and
-every thread of this process onto chosen vCPUs, so that one run can measure both
-placements: client and server sharing a vCPU, and on different vCPUs.
+The server is the repository's one launcher (``tests/support/redis_servers.py``: a free
+loopback port, persistence off, its own temporary directory, dies with this process),
+started under ``taskset`` when a vCPU is given and ``taskset`` exists. :func:`place` moves
+the server's threads and every thread of this process onto chosen vCPUs, so that one run
+can measure both placements: client and server sharing a vCPU, and on different vCPUs.
 """
 
 from __future__ import annotations
@@ -12,22 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
+from tests.support.redis_servers import RedisServer as ThrowawayRedisServer
+from tests.support.redis_servers import redis_server_available
+
 __all__ = ["Placement", "RedisServer", "place", "placements", "unpin"]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _tasks(pid: int) -> list[int]:
@@ -76,74 +70,33 @@ def placements() -> list[Placement]:
     return [Placement("same", cpus[0], cpus[0]), Placement("split", cpus[0], cpus[1])]
 
 
-class RedisServer:
-    """``redis-server`` on a free loopback port, started and owned by this process."""
+class RedisServer(ThrowawayRedisServer):
+    """The shared launcher, pinned to ``cpu`` from its start (``taskset -c``) if given.
+
+    Adds what the report needs (``version``, ``pid``), and :meth:`client` without socket
+    timeouts, so that a timed command is a plain blocking read.
+    """
 
     def __init__(self, *, cpu: int | None = None) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
+        if not redis_server_available():
             raise RuntimeError("redis-server is not on PATH; the benchmarks need one")
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        argv = [
-            exe,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--loglevel",
-            "warning",
-        ]
+        self.cpu = cpu
         self.taskset = cpu is not None and shutil.which("taskset") is not None
-        if self.taskset:
-            argv = ["taskset", "-c", str(cpu), *argv]
-        self.process = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
-        )
-        self._wait_ready()
-        info = self.client().info("server")
+        super().__init__(loglevel="warning")
+        with contextlib.closing(self.client()) as c:
+            info = c.info("server")
+        assert self.proc is not None
         self.version = str(info.get("redis_version", "unknown"))
-        self.pid = int(info.get("process_id", self.process.pid))
+        self.pid = int(info.get("process_id", self.proc.pid))
 
-    def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port)
+    def _argv(self) -> list[str]:
+        argv = super()._argv()
+        return ["taskset", "-c", str(self.cpu), *argv] if self.taskset else argv
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 10
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
-            try:
-                if self.client().ping():
-                    return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            # SIGTERM: redis-server shuts down at once (nothing to save with --save "").
-            # redis-py's SHUTDOWN would retry the lost connection with backoff first.
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-
-    def __enter__(self) -> RedisServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def client(self, **kwargs: Any) -> redis.Redis:
+        kwargs.setdefault("socket_timeout", None)
+        kwargs.setdefault("socket_connect_timeout", None)
+        return super().client(**kwargs)
 
 
 def place(placement: Placement, server: RedisServer) -> None:

@@ -65,9 +65,6 @@ def make_caller(impl: str, redis_url: str, workdir: str) -> tuple[Call, Callable
         ref = ReferenceIdempotency(client)
         return ref.run, client.close
     kind = impl.removeprefix("ours_")
-    reason = ours.engine_error(kind)
-    if reason is not None:
-        raise RuntimeError(reason)
     workdir = os.path.join(workdir, "throughput") if kind == "sqlite" else workdir
     os.makedirs(workdir, exist_ok=True)
     store = ours.make_store(kind, redis_url=redis_url, workdir=workdir)
@@ -226,10 +223,6 @@ def run_case(
     pool: ProcessPool | None,
 ) -> dict[str, Any]:
     """Run one case and summarize it (or report why it could not run)."""
-    if spec.impl != "reference":
-        reason = ours.engine_error(spec.impl.removeprefix("ours_"))
-        if reason is not None:
-            return {**asdict(spec), "status": "unavailable", "detail": reason}
     try:
         if spec.mode == "threads":
             results = _run_threads(spec, redis_url, workdir, tag)

@@ -1,4 +1,4 @@
-"""``python -m graphs.batch`` / ``refund-batch``: the overnight refund batch, three ways.
+"""``python -m graphs.batch``: the overnight refund batch, three ways.
 
 N tickets (default 1,400) go through the refund agent in W worker processes (default 4)
 that pull from one shared queue. The same seeded faults hit every mode:
@@ -37,19 +37,10 @@ from dataclasses import asdict
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .faults import FaultRates, chance
-from .jobs import (
-    COUNTERS,
-    FAILED,
-    KILLED_EXIT_CODE,
-    MODES,
-    PENDING,
-    Shared,
-    WorkerConfig,
-    start_worker,
-)
+from .options import BatchOptions
 from .provider import Invoice, PaymentProvider, ProviderFaults
 from .report import (
     ModeResult,
@@ -59,22 +50,27 @@ from .report import (
     save_json,
     worst_customers,
 )
+from .shared import COUNTERS, FAILED, KILLED_EXIT_CODE, MODES, PENDING, Shared, WorkerConfig
 from .tickets import Ticket, generate_tickets
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
 
 __all__ = ["BatchOptions", "main", "parse_args", "run_batch", "run_mode"]
 
-BatchOptions = argparse.Namespace
-
 
 def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
-    d = FaultRates()
+    """The command line's :class:`BatchOptions` (exits with a usage error on a bad flag)."""
+    d, rates = BatchOptions(), FaultRates()
     p = argparse.ArgumentParser(
-        prog="refund-batch",
+        prog="python -m graphs.batch",
         description="Run the refund batch under seeded faults with each protection mode.",
     )
-    p.add_argument("-n", "--tickets", type=int, default=1400, help="tickets (default 1400)")
-    p.add_argument("-w", "--workers", type=int, default=4, help="worker processes (default 4)")
-    p.add_argument("--seed", type=int, default=7, help="seed of every fault (default 7)")
+    p.add_argument("-n", "--tickets", type=int, default=d.tickets, help="tickets (default 1400)")
+    p.add_argument(
+        "-w", "--workers", type=int, default=d.workers, help="worker processes (default 4)"
+    )
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of every fault (default 7)")
     p.add_argument(
         "--protection",
         default="all",
@@ -83,55 +79,38 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
     )
     p.add_argument("--redis", metavar="URL", help="keep idempotency records in Redis at URL")
     p.add_argument("--workdir", type=Path, help="keep SQLite files here (default: a temp dir)")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="report directory (runs/)")
+    p.add_argument("--out", type=Path, default=d.out, help="report directory (runs/)")
     p.add_argument(
         "--model",
-        default="fake",
+        default=d.model,
         help="planner: 'fake' (scripted, default) or 'openai:<name>' (needs OPENAI_API_KEY)",
     )
     p.add_argument(
         "--lease",
         type=float,
-        default=2.0,
+        default=d.lease,
         help="lease of idempotent() and lock TTL of the reference, seconds (default 2; "
         "the reference recipe says 45, scaled down so dead workers are recovered in-run)",
     )
-    p.add_argument("--wait-timeout", type=float, default=10.0, help="idempotent() wait (s)")
-    p.add_argument("--retention", type=float, default=3600.0, help="record TTL (s)")
-    p.add_argument("--max-attempts", type=int, default=10, help="worker-loop attempts/ticket")
-    p.add_argument("--backoff-base", type=float, default=0.05, help="first backoff (s)")
-    p.add_argument("--backoff-cap", type=float, default=1.0, help="longest backoff (s)")
-    p.add_argument("--timeout", type=float, default=900.0, help="abort a mode after (s)")
+    p.add_argument(
+        "--wait-timeout", type=float, default=d.wait_timeout, help="idempotent() wait (s)"
+    )
+    p.add_argument("--retention", type=float, default=d.retention, help="record TTL (s)")
+    p.add_argument(
+        "--max-attempts", type=int, default=d.max_attempts, help="worker-loop attempts/ticket"
+    )
+    p.add_argument("--backoff-base", type=float, default=d.backoff_base, help="first backoff (s)")
+    p.add_argument("--backoff-cap", type=float, default=d.backoff_cap, help="longest backoff (s)")
+    p.add_argument("--timeout", type=float, default=d.timeout, help="abort a mode after (s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log idempotency events")
     faults = p.add_argument_group("fault rates (probabilities; see graphs.faults)")
-    for name in (
-        "llm_502",
-        "arg_drift",
-        "provider_502",
-        "drop_after_commit",
-        "latency",
-        "latency_s",
-        "worker_kill",
-        "duplicate_delivery",
-    ):
+    for name, default in asdict(rates).items():
         faults.add_argument(
-            "--" + name.replace("_", "-"),
-            type=float,
-            default=getattr(d, name),
-            help=f"default {getattr(d, name)}",
+            "--" + name.replace("_", "-"), type=float, default=default, help=f"default {default}"
         )
-    opts = p.parse_args(argv)
-    opts.modes = list(MODES) if opts.protection == "all" else opts.protection.split(",")
-    unknown = [m for m in opts.modes if m not in MODES]
-    if unknown or not opts.modes:
-        p.error(f"--protection: unknown mode(s) {unknown}; choose from {', '.join(MODES)}, all")
-    if opts.tickets < 1 or opts.workers < 1 or opts.max_attempts < 1:
-        p.error("--tickets, --workers and --max-attempts must be >= 1")
-    if opts.model != "fake":
-        provider, _, name = opts.model.partition(":")
-        if provider != "openai" or not name:
-            p.error(f"--model must be 'fake' or 'openai:<model name>', got {opts.model!r}")
+    a = p.parse_args(argv)
+    if a.model != "fake":
         if not os.environ.get("OPENAI_API_KEY"):
             p.error("--model openai:... needs OPENAI_API_KEY in the environment")
         if importlib.util.find_spec("langchain_openai") is None:
@@ -140,30 +119,60 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
                 "pip install 'langchain-idempotent[openai]'"
             )
     try:
-        opts.rates = _rates(opts)
+        return BatchOptions(
+            tickets=a.tickets,
+            workers=a.workers,
+            seed=a.seed,
+            modes=MODES if a.protection == "all" else tuple(a.protection.split(",")),
+            redis=a.redis,
+            workdir=a.workdir,
+            out=a.out,
+            model=a.model,
+            lease=a.lease,
+            wait_timeout=a.wait_timeout,
+            retention=a.retention,
+            max_attempts=a.max_attempts,
+            backoff_base=a.backoff_base,
+            backoff_cap=a.backoff_cap,
+            timeout=a.timeout,
+            rates=FaultRates(**{name: getattr(a, name) for name in asdict(rates)}),
+            progress=not a.no_progress,
+            verbose=a.verbose,
+        )
     except ValueError as exc:
         p.error(str(exc))
-    return opts
-
-
-def _rates(opts: BatchOptions) -> FaultRates:
-    return FaultRates(
-        llm_502=opts.llm_502,
-        arg_drift=opts.arg_drift,
-        provider_502=opts.provider_502,
-        drop_after_commit=opts.drop_after_commit,
-        latency=opts.latency,
-        latency_s=opts.latency_s,
-        worker_kill=opts.worker_kill,
-        duplicate_delivery=opts.duplicate_delivery,
-    )
 
 
 def _context() -> ForkServerContext:
-    """Workers fork from a server process that imported the agent stack once."""
+    """Workers fork from a server process that imported the agent stack once.
+
+    This process (the parent) never imports LangGraph: :mod:`graphs.worker` is imported by
+    the fork server only, and :func:`_run_worker` reaches it from inside a worker.
+    """
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["graphs.worker"])
     return ctx
+
+
+def _run_worker(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared) -> None:
+    """A worker's entry point, run in the forked process."""
+    from .worker import worker_main  # preloaded in the fork server: no import cost here
+
+    worker_main(cfg, slot, tasks, shared)
+
+
+def start_worker(
+    ctx: ForkServerContext, cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared
+) -> BaseProcess:
+    """Start worker ``slot`` of ``cfg.mode`` (a daemon process forked by the fork server)."""
+    proc = ctx.Process(
+        target=_run_worker,
+        args=(cfg, slot, tasks, shared),
+        name=f"refund-worker-{cfg.mode}-{slot}",
+        daemon=True,
+    )
+    proc.start()
+    return proc
 
 
 def run_mode(
@@ -177,7 +186,7 @@ def run_mode(
 ) -> ModeResult:
     """Run every ticket once under ``mode`` against a fresh provider; report the outcome."""
     workdir.mkdir(parents=True, exist_ok=True)
-    rates: FaultRates = opts.rates
+    rates = opts.rates
     faults = ProviderFaults(
         seed=opts.seed,
         error_502=rates.provider_502,
@@ -335,7 +344,7 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
     """Run the selected modes in turn on the same tickets and seeded faults."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    modes: list[str] = opts.modes
+    modes = opts.modes
     tickets = generate_tickets(opts.tickets, opts.seed)
     run_id = uuid.uuid4().hex[:10]
     ctx = _context()
@@ -344,7 +353,7 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
     warm.join()
     progress = (
         None
-        if opts.no_progress
+        if not opts.progress
         else Progress(
             TextColumn("[bold]{task.description:>10}"),
             BarColumn(),
@@ -367,13 +376,12 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
 
 
 def _config(opts: BatchOptions) -> dict[str, Any]:
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opts).items()}
-    config["rates"] = asdict(opts.rates)
-    return config
+    config = asdict(opts)
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in config.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point (``refund-batch``). Returns the process exit status."""
+    """``python -m graphs.batch``: run, print the table, save the report; the exit status."""
     from rich.console import Console
 
     opts = parse_args(argv)

@@ -1,7 +1,8 @@
-"""The reference approach we replace, rebuilt faithfully as a baseline.
+"""The reference approach the library replaces, rebuilt faithfully as a baseline.
 
-This is the lock-and-cache recipe users start from (``/work/shared/DESIGN.md``, "The
-reference approach we replace"), step for step::
+This is the lock-and-cache recipe users start from, step for step; it is the only copy
+of it in the repository (the demo wraps tools with it, :mod:`benchmarks.reference` times
+it)::
 
     key = "idempotency:" + sha256(
         f"{workflow_run_id}:{step_name}:{json.dumps(payload, sort_keys=True)}")
@@ -9,7 +10,12 @@ reference approach we replace"), step for step::
     SET lock:key LOCKED EX 45 NX         → not set: raise RuntimeError("Lock contention …")
     run the action
     MULTI  SET key <json result> EX 86400  DEL lock:key  EXEC
-    on an exception: DEL lock:key, re-raise
+    on an exception: a plain DEL lock:key, re-raise
+
+"On an exception" is read as *any* way out of the action (``except BaseException``), the
+way a lock is released by ``with redis_client.lock(...)`` or a ``finally:``: a
+``KeyboardInterrupt`` or a cancelled task releases the lock too. That gives the baseline
+its strongest faithful form; none of the faults below depend on the choice.
 
 Its known faults are kept, not fixed: the window between ``GET`` and ``SET NX`` (a second
 worker can run after the first has finished), the unconditional ``DEL`` (it removes another
@@ -41,14 +47,17 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.callbacks import CallbackManagerForToolRun
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict
 
-from langchain_idempotent.stores.sqlite import switch_to_wal
+from .wal import switch_to_wal
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = [
     "RedisKV",
@@ -130,26 +139,33 @@ class SqliteKV:
 
 
 class RedisKV:
-    """The reference's commands on a real Redis (``redis.Redis`` with explicit timeouts).
+    """The reference's commands on a real Redis.
 
-    ``prefix`` is prepended to every key, as a client-side key prefix: the recipe's keys
-    are unchanged, and a demo run can delete exactly its own keys afterwards.
+    ``client`` is a ``redis.Redis`` (the benchmarks pass their own); :meth:`from_url` makes
+    one with explicit timeouts. ``prefix`` is prepended to every key, as a client-side key
+    prefix: the recipe's keys are unchanged, and a demo run can delete exactly its own keys
+    afterwards.
     """
 
-    def __init__(self, url: str, *, prefix: str = "") -> None:
+    def __init__(self, client: redis.Redis, *, prefix: str = "") -> None:
+        self._client = client
+        self._prefix = prefix
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str = "") -> RedisKV:
         import redis
 
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=5.0, socket_connect_timeout=2.0, decode_responses=True
+        return cls(
+            redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=2.0),
+            prefix=prefix,
         )
-        self._prefix = prefix
 
     def close(self) -> None:
         self._client.close()
 
     def get(self, key: str) -> str | None:
         value = self._client.get(self._prefix + key)
-        return None if value is None else str(value)
+        return value.decode() if isinstance(value, bytes) else value
 
     def set_nx_ex(self, key: str, value: str, ex: float) -> bool:
         ms = max(1, int(ex * 1000))
@@ -198,7 +214,11 @@ class ReferenceIdempotency:
         payload: dict[str, Any],
         action: Callable[[], Any],
     ) -> Any:
-        key = reference_key(workflow_run_id, step_name, payload)
+        """The recipe for one step: its key from the run, the step and the payload."""
+        return self.run_key(reference_key(workflow_run_id, step_name, payload), action)
+
+    def run_key(self, key: str, action: Callable[[], Any]) -> Any:
+        """The recipe around ``action`` under an already derived ``key``."""
         cached = self.kv.get(key)
         if cached is not None:
             self._event("replay")
@@ -209,7 +229,7 @@ class ReferenceIdempotency:
             raise RuntimeError(f"Lock contention on {key}: another worker is running this step")
         try:
             result = action()
-        except Exception:
+        except BaseException:  # any way out of the action (module docstring)
             self.kv.delete(lock)
             raise
         self.kv.set_ex_and_delete(key, json.dumps(result), self.result_ttl, lock)

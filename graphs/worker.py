@@ -6,7 +6,7 @@ with exponential backoff and jitter, and every attempt *resumes the ticket's thr
 the checkpointer — so a ticket that another worker started, or that a dead worker left
 half done, continues where it stopped.
 
-A worker reports only through the shared arrays of :mod:`graphs.jobs`: it marks the ticket
+A worker reports only through the shared arrays of :mod:`graphs.shared`: it marks the ticket
 it is on, counts events as they happen, and marks the ticket done. If it dies mid-ticket,
 its slot still names the ticket, and the parent re-queues it for another worker.
 """
@@ -40,9 +40,9 @@ from langchain_idempotent import (
 
 from .fake_model import ScriptedRefundModel
 from .faults import chance
-from .jobs import DONE, FAILED, KILLED_EXIT_CODE, MODES, PENDING, Shared, WorkerConfig
 from .reference import RedisKV, ReferenceIdempotency, ReferenceIdempotentTool, ReferenceKV, SqliteKV
 from .refund_agent import RefundAgent, build_refund_agent, sqlite_checkpointer
+from .shared import DONE, FAILED, KILLED_EXIT_CODE, MODES, PENDING, Shared, WorkerConfig
 from .tickets import Ticket
 from .tools import DEFAULT_TIMEOUT
 
@@ -106,7 +106,7 @@ def _make_store(cfg: WorkerConfig) -> BaseIdempotencyStore:
 
 def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
     if cfg.redis_url:
-        return RedisKV(cfg.redis_url, prefix=cfg.redis_prefix)
+        return RedisKV.from_url(cfg.redis_url, prefix=cfg.redis_prefix)
     return SqliteKV(Path(cfg.workdir) / "reference.sqlite")
 
 

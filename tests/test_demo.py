@@ -5,6 +5,9 @@ baselines do not — under faults that are shown to have fired."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from graphs.reference import (
 )
 from graphs.refund_agent import build_refund_agent
 
+ROOT = Path(__file__).resolve().parent.parent
 REFUND = {"invoice_id": "INV-1", "amount_cents": 14000, "reason": "Support ticket T-1"}
 
 
@@ -275,6 +279,28 @@ def test_the_reference_wraps_the_agents_tools_and_replays_a_finished_step(
     assert json.loads(again)["invoice"] == "INV-1"
     assert events == ["replay"]
     assert len(provider.ledger.refunds()) == 1
+
+
+# -- the batch's parent process stays light ---------------------------------------------
+
+
+def test_the_batch_parent_never_imports_langgraph() -> None:
+    """``graphs.batch`` (the parent) imports no agent stack; only its workers load LangGraph."""
+    code = (
+        "import sys, graphs.batch\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('langgraph', 'langchain_core', 'langchain')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 # -- the batch: zero duplicates with idempotent(), duplicates without it -----------------

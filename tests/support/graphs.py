@@ -1,23 +1,25 @@
 """Shared pieces for the LangGraph tests: a scripted chat model, an effect ledger, a
 hand-built tool-calling graph and a callback handler that records custom events.
 
-Nothing here talks to a network or an LLM: :class:`ScriptedChatModel` answers from a
-script (a list of messages or functions of the conversation), and ``bind_tools`` returns
-the model itself, so ``ToolNode``, ``create_agent`` and ``create_react_agent`` run exactly
-as they would with a real provider.
+Nothing here talks to a network or an LLM: :class:`ScriptedChatModel` (LangChain's
+``GenericFakeChatModel`` with a script) answers from a list of messages or functions of
+the conversation, and ``bind_tools`` returns the model itself, so ``ToolNode``,
+``create_agent`` and ``create_react_agent`` run exactly as they would with a real provider.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -44,25 +46,38 @@ def final(text: str = "done") -> AIMessage:
     return AIMessage(content=text)
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(GenericFakeChatModel):
     """A chat model that plays ``script`` one step per call, then ``then`` for ever.
 
-    A step is an ``AIMessage`` or a function of the conversation returning one (for a model
-    that decides from what it sees). ``then`` defaults to answering ``"done"``.
-    ``bind_tools`` returns the model itself. ``calls`` counts the model calls, so a test can
-    tell that an LLM step really re-ran.
+    LangChain's ``GenericFakeChatModel`` plays the replies (its ``messages`` iterator is
+    built here from the script); this adds what the tests need on top. A step is an
+    ``AIMessage`` or a function of the conversation returning one (for a model that
+    decides from what it sees). ``then`` defaults to answering ``"done"``. Every reply is a
+    fresh copy, so the graph state never shares a message object. ``bind_tools`` returns
+    the model itself. ``calls`` counts the model calls, so a test can tell that an LLM step
+    really re-ran. Streaming is off: a reply with tool calls comes back whole.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     script: list[Any] = []
     then: Any = None
+    messages: Iterator[AIMessage | str] = iter(())
+    disable_streaming: bool = True
     _position: int = PrivateAttr(default=0)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _conversation: Sequence[BaseMessage] = PrivateAttr(default=())
 
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        self.messages = self._replies()
+
+    def _replies(self) -> Iterator[AIMessage]:
+        for step in itertools.chain(self.script, itertools.repeat(None)):
+            if step is None:
+                step = self.then if self.then is not None else final()
+            message = step(self._conversation) if callable(step) else step
+            yield message.model_copy(deep=True)
 
     @property
     def calls(self) -> int:
@@ -78,15 +93,10 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        with self._lock:
-            if self._position < len(self.script):
-                step = self.script[self._position]
-            else:
-                step = self.then if self.then is not None else final()
+        with self._lock:  # graphs call the model from several threads at once
+            self._conversation = messages
             self._position += 1
-        message = step(messages) if callable(step) else step
-        # A fresh copy each time: the graph state must never share a message object.
-        return ChatResult(generations=[ChatGeneration(message=message.model_copy(deep=True))])
+            return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def on_each_turn(*tool_calls: tuple[str, dict[str, Any]]) -> Step:

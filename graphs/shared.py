@@ -1,9 +1,8 @@
-"""What the batch's parent and its worker processes share, without the agent stack.
+"""What the batch's parent (:mod:`graphs.batch`) and its workers (:mod:`graphs.worker`)
+share: the worker configuration, the shared-memory arrays and their constants.
 
-The parent imports only this module (plus the provider and the report), so it never pays
-for importing LangGraph: the workers fork from a server process that imported
-:mod:`graphs.worker` once (``set_forkserver_preload``), and :func:`start_worker` names the
-entry point through a trampoline.
+It imports no agent stack (no LangChain, no LangGraph), so the parent, which imports it,
+never pays for LangGraph; only the workers do.
 
 Three arrays in shared memory, written without locks because each cell has one writer at a
 time: per-ticket status (the worker that finishes it), the ticket each worker slot is on
@@ -14,16 +13,10 @@ worker). A killed worker's counts survive it; its replacement reuses the slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from multiprocessing.context import ForkServerContext
-from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import SynchronizedArray
-from typing import TYPE_CHECKING, Any
 
 from .faults import FaultRates
 from .tickets import Ticket
-
-if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
 
 __all__ = [
     "COUNTERS",
@@ -34,7 +27,6 @@ __all__ = [
     "PENDING",
     "Shared",
     "WorkerConfig",
-    "start_worker",
 ]
 
 MODES = ("none", "reference", "idempotent")
@@ -108,23 +100,3 @@ class Shared:
             name: sum(self.counters[s * width + i] for s in range(slots))
             for i, name in enumerate(COUNTERS)
         }
-
-
-def _run_worker(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared) -> None:
-    from .worker import worker_main  # preloaded in the fork server: no import cost here
-
-    worker_main(cfg, slot, tasks, shared)
-
-
-def start_worker(
-    ctx: ForkServerContext, cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared
-) -> BaseProcess:
-    """Start worker ``slot`` of ``cfg.mode`` (a daemon process forked by the fork server)."""
-    proc = ctx.Process(
-        target=_run_worker,
-        args=(cfg, slot, tasks, shared),
-        name=f"refund-worker-{cfg.mode}-{slot}",
-        daemon=True,
-    )
-    proc.start()
-    return proc

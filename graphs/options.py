@@ -1,0 +1,75 @@
+"""What one run of the refund batch is asked to do: :class:`BatchOptions`.
+
+The command line (:func:`graphs.batch.parse_args`) and a notebook build the same value::
+
+    BatchOptions(tickets=30, workers=2, rates=FaultRates(worker_kill=0.08), progress=False)
+
+Every field has the command's default; a bad value is refused with a ``ValueError`` that
+names the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .faults import FaultRates
+from .shared import MODES
+
+__all__ = ["BatchOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """Options of one batch run (the command-line flag of each field in brackets).
+
+    - ``tickets`` [``-n``], ``workers`` [``-w``], ``seed``: the workload and every fault.
+    - ``modes`` [``--protection``]: the protection modes to run, in order (``none``,
+      ``reference``, ``idempotent``); default all three.
+    - ``redis``: a Redis URL for the idempotency records and the reference's keys;
+      ``None`` keeps them in SQLite files.
+    - ``workdir``: where the SQLite files go (default a temporary directory);
+      ``out``: where ``main`` writes the JSON and PNG report.
+    - ``model``: ``"fake"`` (the scripted planner) or ``"openai:<name>"``.
+    - ``lease``: lease of ``idempotent()`` and lock TTL of the reference, seconds;
+      ``wait_timeout``, ``retention``: ``idempotent()``'s wait and record TTL, seconds.
+    - ``max_attempts``, ``backoff_base``, ``backoff_cap``: the worker loop's retries.
+    - ``timeout``: abort a mode after this many seconds.
+    - ``rates``: the fault rates (:class:`~graphs.faults.FaultRates`).
+    - ``progress``: show a progress bar; ``verbose``: log idempotency events.
+    """
+
+    tickets: int = 1400
+    workers: int = 4
+    seed: int = 7
+    modes: tuple[str, ...] = MODES
+    redis: str | None = None
+    workdir: Path | None = None
+    out: Path = Path("runs")
+    model: str = "fake"
+    lease: float = 2.0
+    wait_timeout: float = 10.0
+    retention: float = 3600.0
+    max_attempts: int = 10
+    backoff_base: float = 0.05
+    backoff_cap: float = 1.0
+    timeout: float = 900.0
+    rates: FaultRates = field(default_factory=FaultRates)
+    progress: bool = True
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.modes, str):
+            raise ValueError(f"modes must be a tuple of mode names, e.g. ({self.modes!r},)")
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown or not self.modes:
+            raise ValueError(f"modes: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+        for name in ("tickets", "workers", "max_attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.model != "fake":
+            provider, _, name = self.model.partition(":")
+            if provider != "openai" or not name:
+                raise ValueError(
+                    f"model must be 'fake' or 'openai:<model name>', got {self.model!r}"
+                )
