@@ -28,7 +28,7 @@ from redis.crc import key_slot
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
-from langchain_idempotent.stores import redis as redis_store_module
+from langchain_idempotent.stores.redis import _scripts as redis_scripts
 from langchain_idempotent.testing import StoreContractTests
 from tests.support.redis_servers import RedisCluster, RedisSentinel, RedisServer, free_port
 
@@ -584,7 +584,7 @@ def test_a_client_passed_in_is_used_as_is_and_left_open(
 
 def test_every_script_documents_its_keys_argv_and_reply() -> None:
     for name in ("_CLAIM", "_RENEW", "_COMPLETE", "_RELEASE", "_PROBE", "_DELETE"):
-        body = getattr(redis_store_module, name)
+        body = getattr(redis_scripts, name)
         assert "KEYS[1]" in body and "Returns" in body, name
         if name != "_DELETE":  # the operator's delete is the one plain DEL
             assert "'DEL'" not in body and "'SET'" not in body, name
@@ -610,7 +610,7 @@ async def test_noscript_after_script_flush_is_handled(
         else:
             c = claim(store, key, "a")
         assert c.outcome is ClaimOutcome.ACQUIRED
-    assert r.script_exists(redis_store_module._CLAIM_SCRIPT.sha) == [True]
+    assert r.script_exists(redis_scripts._CLAIM_SCRIPT.sha) == [True]
     await store.aclose()
 
 
