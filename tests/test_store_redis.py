@@ -366,7 +366,7 @@ def test_after_the_server_drops_every_connection_one_retry_is_enough(
     # rather than take the next dead one.
     store = RedisIdempotencyStore.from_url(server.url, retries=1)
     assert claim(store, "warm", "a").outcome is ClaimOutcome.ACQUIRED
-    fast = store._fast
+    fast = store._clients.fast
     assert fast is not None
     held = [fast._take() for _ in range(4)]
     for h in held:
@@ -519,7 +519,7 @@ def test_from_url_sets_timeouts_whole_operation_retries_and_health_checks(
     # Each connection makes one attempt (redis-py would otherwise retry the connect inside
     # every command retry); the store retries the whole operation 4 times.
     assert kwargs["retry"].get_retries() == 0
-    assert store._attempts is not None and store._attempts.get_retries() == 4
+    assert store._clients.attempts is not None and store._clients.attempts.get_retries() == 4
     assert isinstance(client, redis.Redis)
     store.close()
 
@@ -531,7 +531,7 @@ async def test_from_url_builds_one_async_client_per_event_loop(redis_server: Red
     kwargs = client.connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == 1.5
     assert kwargs["retry"].get_retries() == 0
-    assert store._aattempts is not None and store._aattempts.get_retries() == 2
+    assert store._clients.aattempts is not None and store._clients.aattempts.get_retries() == 2
 
     def in_another_loop() -> object:
         async def go() -> object:
@@ -619,7 +619,7 @@ def test_an_interrupted_round_trip_never_hands_its_reply_to_the_next_call(
 ) -> None:
     c = claim(redis_store, "done", "a")
     complete(redis_store, "done", "a", c.fence, b"r")
-    fast = redis_store._fast
+    fast = redis_store._clients.fast
     assert fast is not None and len(fast._idle) == 1
     conn = fast._idle[0].conn  # the one the next operation takes
     real = conn.read_response

@@ -1,8 +1,9 @@
 """The Redis store's clients: how they are built, retried, and what their errors mean.
 
-- **Factories.** :func:`_url_factories` and :func:`_sentinel_factories` return the two
-  builders (sync, async) behind :meth:`RedisIdempotencyStore.from_url` and
-  :meth:`~RedisIdempotencyStore.from_sentinel`; the store calls them on first use.
+- **Clients.** :class:`_Clients` holds the store's sync and async clients: given ones as
+  they are, or built on first use by the factories behind
+  :meth:`RedisIdempotencyStore.from_url` and :meth:`~RedisIdempotencyStore.from_sentinel`
+  (:meth:`_Clients.on_url`, :meth:`_Clients.on_sentinel`).
   :func:`_client_options` sets explicit socket timeouts and a health-check interval
   (redis-py's own ``from_url`` sets neither), each checked by
   :func:`~langchain_idempotent._durations.to_seconds`.
@@ -16,12 +17,16 @@
 - **Errors.** :func:`_translate` is the one boundary where a redis-py error becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` (or, for a record the scripts
   refused, :class:`~langchain_idempotent.errors.CorruptRecordError`).
-- **Eviction.** :func:`_warn_if_evicting` reads the server's ``maxmemory-policy``.
+- **Eviction.** :meth:`_Clients.check_eviction` reads the server's ``maxmemory-policy``
+  once and :func:`_warn_if_evicting` warns for any policy that can evict a record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +45,7 @@ from redis.retry import Retry
 
 from ..._durations import to_seconds
 from ...errors import CorruptRecordError, StoreUnavailableError
+from ._fastpath import _HeldConnections
 
 SyncClient: TypeAlias = "redis.Redis | redis.RedisCluster"
 AsyncClient: TypeAlias = "redis.asyncio.Redis | redis.asyncio.RedisCluster"
@@ -53,7 +59,7 @@ _log = logging.getLogger("langchain_idempotent.stores.redis")
 _T = TypeVar("_T")
 
 
-# -- factories ---------------------------------------------------------------------------
+# -- clients -----------------------------------------------------------------------------
 
 
 def _client_options(
@@ -90,61 +96,191 @@ def _cluster_url(url: str, cluster: bool | None) -> tuple[str, bool | None]:
     return f"{_CLUSTER_SCHEMES[scheme.lower()]}://{rest}", True
 
 
-def _url_factories(
-    url: str, *, cluster: bool, options: Mapping[str, Any], retries: int
-) -> tuple[Callable[[], SyncClient], Callable[[], AsyncClient]]:
-    """Builders of the sync and the async client on ``url``. A Cluster client retries
-    inside (it must re-learn the slot map after a failover); otherwise each connection
-    makes one attempt and the store retries whole operations."""
-    per_connection = retries if cluster else 0
+class _Clients:
+    """The clients a store talks through, and how it retries on them.
 
-    def sync_factory() -> SyncClient:
-        kw = {**options, "retry": _retry(per_connection)}
-        if cluster:
-            return redis.RedisCluster.from_url(url, **kw)
-        return redis.Redis.from_url(url, **kw)
+    Clients passed in are used as they are (their timeouts and retries apply) and never
+    closed. Clients the store builds (:meth:`on_url`, :meth:`on_sentinel`) are made on
+    first use, the async one once per event loop; their connections make one attempt each,
+    and :meth:`retrying` / :meth:`aretrying` retry whole operations (``attempts``). The sync
+    client's fast path (``fast``, :mod:`._fastpath`) is set up on first use.
+    """
 
-    def async_factory() -> AsyncClient:
-        kw = {**options, "retry": _async_retry(per_connection)}
-        if cluster:
-            return redis.asyncio.RedisCluster.from_url(url, **kw)
-        return redis.asyncio.Redis.from_url(url, **kw)
+    def __init__(
+        self,
+        *,
+        sync_client: SyncClient | None = None,
+        async_client: AsyncClient | None = None,
+        sync_factory: Callable[[], SyncClient] | None = None,
+        async_factory: Callable[[], AsyncClient] | None = None,
+        retries: int | None = None,
+    ) -> None:
+        self._sync_client = sync_client
+        self._async_client = async_client
+        self._sync_factory = sync_factory
+        self._async_factory = async_factory
+        self._async_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]
+        self._async_by_loop = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._sync_ready = False
+        self.fast: _HeldConnections | None = None
+        self.eviction_checked = False
+        self.attempts = None if retries is None else _retry(retries)
+        self.aattempts = None if retries is None else _async_retry(retries)
 
-    return sync_factory, async_factory
+    @classmethod
+    def on_url(
+        cls, url: str, *, cluster: bool, options: Mapping[str, Any], retries: int
+    ) -> _Clients:
+        """Clients on ``url``. A Cluster client retries inside (it must re-learn the slot
+        map after a failover); otherwise each connection makes one attempt and the store
+        retries whole operations."""
+        per_connection = retries if cluster else 0
 
+        def sync_factory() -> SyncClient:
+            kw = {**options, "retry": _retry(per_connection)}
+            if cluster:
+                return redis.RedisCluster.from_url(url, **kw)
+            return redis.Redis.from_url(url, **kw)
 
-def _sentinel_factories(
-    sentinels: Sequence[tuple[str, int]],
-    service_name: str,
-    *,
-    options: Mapping[str, Any],
-    sentinel_kwargs: Mapping[str, Any] | None,
-) -> tuple[Callable[[], SyncClient], Callable[[], AsyncClient]]:
-    """Builders of the sync and the async client on the master ``sentinels`` name
-    ``service_name``; the connections to the sentinels get the same socket timeouts unless
-    ``sentinel_kwargs`` say otherwise."""
-    addresses = [tuple(a) for a in sentinels]
-    to_sentinels = {
-        "socket_timeout": options["socket_timeout"],
-        "socket_connect_timeout": options["socket_connect_timeout"],
-        **(sentinel_kwargs or {}),
-    }
+        def async_factory() -> AsyncClient:
+            kw = {**options, "retry": _async_retry(per_connection)}
+            if cluster:
+                return redis.asyncio.RedisCluster.from_url(url, **kw)
+            return redis.asyncio.Redis.from_url(url, **kw)
 
-    def sync_factory() -> SyncClient:
-        manager: Any = redis.sentinel.Sentinel
-        client: redis.Redis = manager(addresses, sentinel_kwargs=dict(to_sentinels)).master_for(
-            service_name, retry=_retry(0), **options
+        return cls(
+            sync_factory=sync_factory,
+            async_factory=async_factory,
+            retries=None if cluster else retries,
         )
+
+    @classmethod
+    def on_sentinel(
+        cls,
+        sentinels: Sequence[tuple[str, int]],
+        service_name: str,
+        *,
+        options: Mapping[str, Any],
+        sentinel_kwargs: Mapping[str, Any] | None,
+        retries: int,
+    ) -> _Clients:
+        """Clients on the master ``sentinels`` name ``service_name``; the connections to the
+        sentinels get the same socket timeouts unless ``sentinel_kwargs`` say otherwise."""
+        addresses = [tuple(a) for a in sentinels]
+        to_sentinels = {
+            "socket_timeout": options["socket_timeout"],
+            "socket_connect_timeout": options["socket_connect_timeout"],
+            **(sentinel_kwargs or {}),
+        }
+
+        def sync_factory() -> SyncClient:
+            manager: Any = redis.sentinel.Sentinel
+            client: redis.Redis = manager(addresses, sentinel_kwargs=dict(to_sentinels)).master_for(
+                service_name, retry=_retry(0), **options
+            )
+            return client
+
+        def async_factory() -> AsyncClient:
+            manager: Any = redis.asyncio.sentinel.Sentinel
+            client: redis.asyncio.Redis = manager(
+                addresses, sentinel_kwargs=dict(to_sentinels)
+            ).master_for(service_name, retry=_async_retry(0), **options)
+            return client
+
+        return cls(sync_factory=sync_factory, async_factory=async_factory, retries=retries)
+
+    def sync(self) -> Any:  # SyncClient; redis-py's methods are untyped
+        client = self._sync_client
+        if client is not None and self._sync_ready:
+            return client
+        with self._lock:
+            if self._sync_client is None:
+                if self._sync_factory is None:
+                    raise TypeError(
+                        "this RedisIdempotencyStore has only an async client: pass "
+                        "client=redis.Redis(...) (or redis.RedisCluster) as well, use the "
+                        "a-prefixed async methods, or build it with from_url()"
+                    )
+                self._sync_client = self._sync_factory()
+            client = self._sync_client
+            if not self._sync_ready:
+                self.fast = _HeldConnections.for_client(client)
+                self._sync_ready = True
         return client
 
-    def async_factory() -> AsyncClient:
-        manager: Any = redis.asyncio.sentinel.Sentinel
-        client: redis.asyncio.Redis = manager(
-            addresses, sentinel_kwargs=dict(to_sentinels)
-        ).master_for(service_name, retry=_async_retry(0), **options)
+    def async_(self) -> Any:  # AsyncClient
+        if self._async_client is not None:
+            return self._async_client
+        if self._async_factory is None:
+            raise TypeError(
+                "this RedisIdempotencyStore has only a sync client: pass "
+                "async_client=redis.asyncio.Redis(...) (or redis.asyncio.RedisCluster) as "
+                "well, use the sync methods, or build it with from_url()"
+            )
+        loop = asyncio.get_running_loop()
+        client = self._async_by_loop.get(loop)
+        if client is None:
+            client = self._async_by_loop[loop] = self._async_factory()
         return client
 
-    return sync_factory, async_factory
+    def retrying(self, op: Callable[[], _T]) -> _T:
+        """``op`` under the store's whole-operation retry (clients the store built)."""
+        attempts = self.attempts
+        return op() if attempts is None else attempts.call_with_retry(op, _ignore)
+
+    async def aretrying(self, op: Callable[[], Awaitable[_T]]) -> _T:
+        """:meth:`retrying` for the async face, which also resends once at once when
+        redis-py's asyncio connection broke under a write (redis/redis-py#3546)."""
+
+        def guarded() -> Awaitable[_T]:
+            return _resend_if_closed_under_a_write(op)
+
+        attempts = self.aattempts
+        return await (
+            guarded() if attempts is None else attempts.call_with_retry(guarded, _aignore)
+        )
+
+    def check_eviction(self) -> None:
+        """Ask the server's ``maxmemory-policy`` once (see :func:`_warn_if_evicting`)."""
+        self.eviction_checked = True
+        try:
+            reply = self.sync().execute_command("CONFIG", "GET", "maxmemory-policy")
+        except _BACKEND_ERRORS as exc:  # NOPERM, CONFIG renamed away, a managed service
+            _log.debug("could not read maxmemory-policy: %s", exc)
+            return
+        _warn_if_evicting(reply)
+
+    async def acheck_eviction(self, client: Any) -> None:
+        self.eviction_checked = True
+        try:
+            reply = await client.execute_command("CONFIG", "GET", "maxmemory-policy")
+        except _BACKEND_ERRORS as exc:
+            _log.debug("could not read maxmemory-policy: %s", exc)
+            return
+        _warn_if_evicting(reply)
+
+    def close(self) -> None:
+        """Return the held connections; close the sync client if the store built it."""
+        with self._lock:
+            fast, self.fast = self.fast, None
+            self._sync_ready = False
+            built = self._sync_client if self._sync_factory is not None else None
+            if built is not None:
+                self._sync_client = None
+        if fast is not None:
+            fast.close()
+        if built is not None:
+            built.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, plus the async client the store built for the running loop."""
+        self.close()
+        if self._async_factory is None:
+            return
+        client = self._async_by_loop.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
 
 # -- retries -----------------------------------------------------------------------------
@@ -285,7 +421,7 @@ def _translate(exc: Exception, key: str | None) -> StoreUnavailableError | Corru
 
 
 def _warn_if_evicting(reply: Any) -> None:
-    """Warn (once per reply) if a ``CONFIG GET maxmemory-policy`` reply names any policy but
+    """Log a warning if a ``CONFIG GET maxmemory-policy`` reply names any policy but
     ``noeviction``."""
     for policy in _strings(reply):
         if policy != "noeviction" and policy != "maxmemory-policy":

@@ -29,12 +29,13 @@ one, so a redis-py release that moves one fails them):
 - ``Connection.retry`` (copied, with ``get_retries`` / ``update_retries``) and
   ``Connection.disconnect()``.
 
-Failure handling: ``NOSCRIPT`` is answered by sending the script's source once
-(``EVAL``). A round trip interrupted between send and read (``KeyboardInterrupt``)
-disconnects the connection, so no later call reads its reply. One that failed on a
-connection error disconnects the idle connections too (a reset or restart killed them), so
-that a retry reconnects. After ``fork()`` the child checks out its own connections: the
-module counts forks, and connections checked out before one belong to the parent.
+Failure handling: ``NOSCRIPT`` is answered by sending the script's source once (``EVAL``).
+A round trip interrupted between send and read (``KeyboardInterrupt``) disconnects the
+connection, so no later call reads its reply. One that failed on a connection error is
+disconnected and returned to the pool, and the idle ones are disconnected too (a reset or
+restart killed them), so that a retry reconnects. After ``fork()`` the child checks out its
+own connections: the module counts forks, and connections checked out before one belong to
+the parent.
 """
 
 from __future__ import annotations

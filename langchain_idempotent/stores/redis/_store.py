@@ -50,16 +50,12 @@ Spec:
   closed by the store.
 - **Fast path.** With a sync standalone or Sentinel ``redis.Redis`` (not a single-connection
   client), the store keeps the connections it has used checked out of the client's own
-  pool: an operation takes an idle one (or checks out one more), sends ``EVALSHA`` on it
-  directly (packed by hiredis, then ``read_response``), skipping redis-py's per-command
-  bookkeeping, and puts it back. So the store holds as many connections as operations ran
-  at once, whichever threads ran them; the connection's own ``Retry``, timeouts, TLS and
-  health checks still apply. An interrupted round trip (``KeyboardInterrupt`` between send
-  and read) disconnects the connection so that no later call reads its reply; one that
-  failed on a connection error returns to the pool, and the idle ones are disconnected
-  (a reset or restart killed them too), so that a retry reconnects. After ``fork()`` the
-  child checks out its own connections. :meth:`~RedisIdempotencyStore.close` returns them
-  all. Cluster and async clients go through ``execute_command``.
+  pool and sends ``EVALSHA`` on them directly: an optimisation that changes no reply and no
+  error (:mod:`._fastpath` says what it bypasses). It holds as many connections as
+  operations ran at once; an interrupted round trip never hands its reply to a later call;
+  after ``fork()`` the child checks out its own; :meth:`~RedisIdempotencyStore.close`
+  returns them all. Cluster, async and single-connection clients go through
+  ``execute_command``.
 - **Eviction.** On the first successful operation the store asks ``CONFIG GET
   maxmemory-policy`` once and logs a warning on ``langchain_idempotent.stores.redis`` for
   any policy but ``noeviction``: ``allkeys-*`` can evict any record, and ``volatile-*``
@@ -80,16 +76,13 @@ Spec:
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import logging
-import threading
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import redis
 import redis.asyncio
@@ -102,21 +95,13 @@ from ._clients import (
     _BACKEND_ERRORS,
     AsyncClient,
     SyncClient,
-    _aignore,
-    _async_retry,
     _check_retries,
     _client_options,
+    _Clients,
     _cluster_url,
     _Durability,
-    _ignore,
-    _resend_if_closed_under_a_write,
-    _retry,
-    _sentinel_factories,
     _translate,
-    _url_factories,
-    _warn_if_evicting,
 )
-from ._fastpath import _HeldConnections
 from ._scripts import (
     _CLAIM_SCRIPT,
     _COMPLETE_SCRIPT,
@@ -142,7 +127,6 @@ _log = logging.getLogger("langchain_idempotent.stores.redis")
 
 #: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
 _WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
-_T = TypeVar("_T")
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -177,42 +161,16 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         cluster = isinstance(client, redis.RedisCluster) or isinstance(
             async_client, redis.asyncio.RedisCluster
         )
-        self._setup(
-            prefix,
-            _Durability.of(replicas, replica_timeout, cluster=cluster),
-            sync_client=client,
-            async_client=async_client,
-        )
+        durability = _Durability.of(replicas, replica_timeout, cluster=cluster)
+        self._setup(prefix, durability, _Clients(sync_client=client, async_client=async_client))
 
-    def _setup(
-        self,
-        prefix: str,
-        durability: _Durability,
-        *,
-        sync_client: SyncClient | None = None,
-        async_client: AsyncClient | None = None,
-        sync_factory: Callable[[], SyncClient] | None = None,
-        async_factory: Callable[[], AsyncClient] | None = None,
-        retries: int | None = None,
-    ) -> None:
+    def _setup(self, prefix: str, durability: _Durability, clients: _Clients) -> None:
         if "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix must not contain braces (Cluster hash tags): {prefix!r}")
         self._prefix = prefix
         self._head = prefix + "{"
-        self._sync_client = sync_client
-        self._async_client = async_client
-        self._sync_factory = sync_factory
-        self._async_factory = async_factory
-        self._async_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient]
-        self._async_by_loop = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-        self._fast: _HeldConnections | None = None
-        self._sync_ready = False
-        self._policy_checked = False
         self._durability = durability
-        # Whole operations retried by the store (clients it built make one attempt each).
-        self._attempts = None if retries is None else _retry(retries)
-        self._aattempts = None if retries is None else _async_retry(retries)
+        self._clients = clients
 
     # -- construction -------------------------------------------------------------------
 
@@ -256,17 +214,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         )
         _check_retries(retries)
         durability = _Durability.of(replicas, replica_timeout, cluster=bool(cluster))
-        sync_factory, async_factory = _url_factories(
-            url, cluster=bool(cluster), options=options, retries=retries
-        )
         store = cls.__new__(cls)
-        store._setup(
-            prefix,
-            durability,
-            sync_factory=sync_factory,
-            async_factory=async_factory,
-            retries=None if cluster else retries,
-        )
+        clients = _Clients.on_url(url, cluster=bool(cluster), options=options, retries=retries)
+        store._setup(prefix, durability, clients)
         return store
 
     @classmethod
@@ -301,17 +251,16 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             max_connections,
             client_kwargs,
         )
-        sync_factory, async_factory = _sentinel_factories(
-            sentinels, service_name, options=options, sentinel_kwargs=sentinel_kwargs
-        )
+        durability = _Durability.of(replicas, replica_timeout, cluster=False)
         store = cls.__new__(cls)
-        store._setup(
-            prefix,
-            _Durability.of(replicas, replica_timeout, cluster=False),
-            sync_factory=sync_factory,
-            async_factory=async_factory,
+        clients = _Clients.on_sentinel(
+            sentinels,
+            service_name,
+            options=options,
+            sentinel_kwargs=sentinel_kwargs,
             retries=retries,
         )
+        store._setup(prefix, durability, clients)
         return store
 
     @property
@@ -321,60 +270,15 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     # -- clients ------------------------------------------------------------------------
 
     def _sync(self) -> Any:  # SyncClient; redis-py's methods are untyped
-        client = self._sync_client
-        if client is not None and self._sync_ready:
-            return client
-        with self._lock:
-            if self._sync_client is None:
-                if self._sync_factory is None:
-                    raise TypeError(
-                        "this RedisIdempotencyStore has only an async client: pass "
-                        "client=redis.Redis(...) (or redis.RedisCluster) as well, use the "
-                        "a-prefixed async methods, or build it with from_url()"
-                    )
-                self._sync_client = self._sync_factory()
-            client = self._sync_client
-            if not self._sync_ready:
-                self._fast = _HeldConnections.for_client(client)
-                self._sync_ready = True
-        return client
+        return self._clients.sync()
 
     def _async(self) -> Any:  # AsyncClient
-        if self._async_client is not None:
-            return self._async_client
-        if self._async_factory is None:
-            raise TypeError(
-                "this RedisIdempotencyStore has only a sync client: pass "
-                "async_client=redis.asyncio.Redis(...) (or redis.asyncio.RedisCluster) as "
-                "well, use the sync methods, or build it with from_url()"
-            )
-        loop = asyncio.get_running_loop()
-        client = self._async_by_loop.get(loop)
-        if client is None:
-            client = self._async_by_loop[loop] = self._async_factory()
-        return client
+        return self._clients.async_()
 
     def _rkey(self, key: str) -> str:
         return f"{self._head}{key}}}"
 
     # -- one round trip -----------------------------------------------------------------
-
-    def _retrying(self, op: Callable[[], _T]) -> _T:
-        """``op`` under the store's whole-operation retry (clients built by ``from_url``)."""
-        attempts = self._attempts
-        return op() if attempts is None else attempts.call_with_retry(op, _ignore)
-
-    async def _aretrying(self, op: Callable[[], Awaitable[_T]]) -> _T:
-        """:meth:`_retrying` for the async face, which also resends once at once when
-        redis-py's asyncio connection broke under a write (redis/redis-py#3546)."""
-
-        def guarded() -> Awaitable[_T]:
-            return _resend_if_closed_under_a_write(op)
-
-        attempts = self._aattempts
-        return await (
-            guarded() if attempts is None else attempts.call_with_retry(guarded, _aignore)
-        )
 
     def _eval(self, script: _Script, key: str, args: Sequence[Any]) -> Any:
         return self._eval_acked(script, key, args, wait=None)[0]
@@ -386,19 +290,19 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ``WAIT`` command (sent right behind the script on the same connection)."""
         rkey = self._rkey(key)
         try:
-            answer = self._retrying(lambda: self._send(script, rkey, args, wait))
+            answer = self._clients.retrying(lambda: self._send(script, rkey, args, wait))
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
-        if not self._policy_checked:
-            self._check_policy()
+        if not self._clients.eviction_checked:
+            self._clients.check_eviction()
         return answer
 
     def _send(
         self, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
     ) -> tuple[Any, int | None]:
         """One attempt: no retry, redis-py's errors as they are."""
-        client: Any = self._sync_client if self._sync_ready else self._sync()
-        fast = self._fast
+        client = self._clients.sync()
+        fast = self._clients.fast
         if fast is not None:
             return fast.evalsha(script, rkey, args, wait)
         return _execute(client, script, rkey, args, wait)
@@ -411,13 +315,13 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     ) -> tuple[Any, int | None]:
         client = self._async()
         try:
-            answer = await self._aretrying(
+            answer = await self._clients.aretrying(
                 lambda: _aexecute(client, script, self._rkey(key), args, wait)
             )
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
-        if not self._policy_checked:
-            await self._acheck_policy(client)
+        if not self._clients.eviction_checked:
+            await self._clients.acheck_eviction(client)
         return answer
 
     # -- record operations --------------------------------------------------------------
@@ -519,7 +423,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     def get(self, key: str) -> Record | None:
         try:
             client = self._sync()
-            fields = self._retrying(
+            fields = self._clients.retrying(
                 lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
             )
         except _BACKEND_ERRORS as exc:
@@ -529,7 +433,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     async def aget(self, key: str) -> Record | None:
         client = self._async()
         try:
-            fields = await self._aretrying(
+            fields = await self._clients.aretrying(
                 lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
             )
         except _BACKEND_ERRORS as exc:
@@ -558,7 +462,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                 pubsub.close()
 
         try:
-            self._retrying(once)
+            self._clients.retrying(once)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
 
@@ -587,7 +491,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                 await pubsub.aclose()
 
         try:
-            await self._aretrying(once)
+            await self._clients.aretrying(once)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
 
@@ -623,7 +527,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             return out
 
         try:
-            return _oldest_first(self._retrying(scan), limit)
+            return _oldest_first(self._clients.retrying(scan), limit)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, None) from exc
 
@@ -649,7 +553,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             return out
 
         try:
-            return _oldest_first(await self._aretrying(scan), limit)
+            return _oldest_first(await self._clients.aretrying(scan), limit)
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, None) from exc
 
@@ -709,26 +613,6 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             out.append(rec)
         return out
 
-    # -- eviction policy ----------------------------------------------------------------
-
-    def _check_policy(self) -> None:
-        self._policy_checked = True
-        try:
-            reply = self._sync().execute_command("CONFIG", "GET", "maxmemory-policy")
-        except _BACKEND_ERRORS as exc:  # NOPERM, CONFIG renamed away, a managed service
-            _log.debug("could not read maxmemory-policy: %s", exc)
-            return
-        _warn_if_evicting(reply)
-
-    async def _acheck_policy(self, client: Any) -> None:
-        self._policy_checked = True
-        try:
-            reply = await client.execute_command("CONFIG", "GET", "maxmemory-policy")
-        except _BACKEND_ERRORS as exc:
-            _log.debug("could not read maxmemory-policy: %s", exc)
-            return
-        _warn_if_evicting(reply)
-
     # -- closing ------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -736,25 +620,11 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
         Call it when no operation is in flight. Clients passed in are left open.
         """
-        with self._lock:
-            fast, self._fast = self._fast, None
-            self._sync_ready = False
-            built = self._sync_client if self._sync_factory is not None else None
-            if built is not None:
-                self._sync_client = None
-        if fast is not None:
-            fast.close()
-        if built is not None:
-            built.close()
+        self._clients.close()
 
     async def aclose(self) -> None:
         """:meth:`close`, plus the async client this store built for the running loop."""
-        self.close()
-        if self._async_factory is None:
-            return
-        client = self._async_by_loop.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
 
 
 # -- helpers -----------------------------------------------------------------------------
