@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -545,6 +546,41 @@ async def test_from_url_builds_one_async_client_per_event_loop(redis_server: Red
     assert await asyncio.to_thread(in_another_loop) is not client
     assert await store.aget("k") is None
     await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"socket_timeout": -1}, "socket_timeout must be a positive duration"),
+        ({"socket_timeout": 0}, "socket_timeout must be a positive duration"),
+        ({"socket_timeout": "soon"}, "socket_timeout must be a duration in seconds"),
+        ({"socket_connect_timeout": float("inf")}, "socket_connect_timeout must be a finite"),
+        ({"health_check_interval": -30}, "health_check_interval must be a non-negative"),
+        ({"replica_timeout": -0.1}, "replica_timeout must be a non-negative duration"),
+    ],
+)
+def test_a_nonsense_timeout_is_refused_by_name_when_the_store_is_built(
+    options: dict[str, Any], message: str
+) -> None:
+    # Before, a negative socket timeout was accepted here and failed on the first connect
+    # ("Timeout value out of range"), and 0 made the sockets non-blocking.
+    with pytest.raises(ValueError, match=message):
+        RedisIdempotencyStore.from_url("redis://127.0.0.1:1/0", **options)
+    with pytest.raises(ValueError, match=message):
+        RedisIdempotencyStore.from_sentinel([("127.0.0.1", 1)], "mymaster", **options)
+
+
+def test_timeouts_accept_a_timedelta_and_a_health_check_interval_of_zero_turns_checks_off() -> None:
+    store = RedisIdempotencyStore.from_url(
+        "redis://127.0.0.1:1/0",
+        socket_timeout=timedelta(milliseconds=1500),
+        socket_connect_timeout=0.5,
+        health_check_interval=0,
+    )
+    kwargs = store._sync().connection_pool.connection_kwargs  # built, never connected
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (1.5, 0.5)
+    assert kwargs["health_check_interval"] == 0
+    store.close()
 
 
 def test_a_store_with_only_one_client_names_what_to_pass_for_the_other_path(
