@@ -1,12 +1,14 @@
 """The wire contract of the Redis store: the Lua scripts, how they are sent, what they return.
 
-Each script is one operation of :mod:`langchain_idempotent.protocol`, run atomically on the
-server that holds the record: the shared :data:`_PRELUDE` (the server clock, and ``load``,
-which refuses anything that is not a record of this format) followed by one body, headed
-by comments naming its ``KEYS``, ``ARGV`` and reply. The argument builders
+Each script is one store operation, run atomically on the server that holds the record
+(claim, renew, complete and release implement the decision table of
+:mod:`langchain_idempotent.protocol`): the shared :data:`_PRELUDE` (the server clock, and
+``load``, which refuses anything that is not a record of this format) followed by one body,
+headed by comments naming its ``KEYS``, ``ARGV`` and reply. The argument builders
 (:func:`_claim_args`, :func:`_complete_args`) write ``ARGV`` in that order; the decoders
-(:func:`_to_claim`, :func:`_to_completion`, :func:`_to_record`) read the replies, and turn
-anything unexpected into :class:`~langchain_idempotent.errors.CorruptRecordError`.
+(:func:`_to_claim`, :func:`_to_completion`, :func:`_to_record`, :func:`_to_records`) read
+the replies, and turn anything unexpected into
+:class:`~langchain_idempotent.errors.CorruptRecordError`.
 
 A script is sent as ``EVALSHA`` and, on ``NOSCRIPT`` (after ``SCRIPT FLUSH``, a restart, a
 failover), once as ``EVAL`` with its source, which also caches it. Replies are always raw
@@ -23,16 +25,18 @@ decode the payload, and it reloads with a separate ``SCRIPT LOAD`` round trip.)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ...errors import CorruptRecordError
 from ...record import FORMAT_VERSION, Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, State
 
+_log = logging.getLogger("langchain_idempotent.stores.redis")
 #: Ask redis-py for raw bytes whatever the client's ``decode_responses``.
 _RAW: dict[str, Any] = {NEVER_DECODE: True}
 _VERSION = str(FORMAT_VERSION)
@@ -396,6 +400,40 @@ def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
             f"(`langchain-idempotent delete {key}`).",
             key=key,
         ) from exc
+
+
+def _to_records(
+    head: str,
+    rkeys: Sequence[Any],
+    replies: Iterable[Any],
+    namespace: str | None,
+    thread_id: str | None,
+) -> list[Record]:
+    """Decode the ``HGETALL`` replies for a batch of ``SCAN``ned keys (``head`` is the
+    prefix and the opening brace): the records whose meta match. A key that vanished since
+    is skipped; an unreadable or corrupt one is skipped with a warning."""
+    out = []
+    for rkey, fields in zip(rkeys, replies, strict=True):
+        name = rkey.decode(errors="surrogateescape") if isinstance(rkey, bytes) else rkey
+        key = name[len(head) : -1]
+        if isinstance(fields, Exception):
+            if isinstance(fields, ResponseError):  # e.g. WRONGTYPE: replaced meanwhile
+                _log.warning("skipping unreadable idempotency record %r: %s", key, fields)
+                continue
+            raise fields
+        if not fields:
+            continue  # expired or deleted since SCAN saw it
+        try:
+            rec = _to_record(key, fields)
+        except CorruptRecordError as exc:
+            _log.warning("skipping corrupt idempotency record %r: %s", key, exc)
+            continue
+        if namespace is not None and rec.meta.get("namespace") != namespace:
+            continue
+        if thread_id is not None and rec.meta.get("thread_id") != thread_id:
+            continue
+        out.append(rec)
+    return out
 
 
 def _int(raw: bytes) -> int:

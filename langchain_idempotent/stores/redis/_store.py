@@ -80,15 +80,14 @@ import builtins
 import contextlib
 import logging
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
 import redis
 import redis.asyncio
-from redis.exceptions import ResponseError
 
-from ...errors import CorruptRecordError, StoreUnavailableError
+from ...errors import StoreUnavailableError
 from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record
 from ..base import BaseIdempotencyStore
 from ._clients import (
@@ -119,6 +118,7 @@ from ._scripts import (
     _to_claim,
     _to_completion,
     _to_record,
+    _to_records,
 )
 
 __all__ = ["RedisIdempotencyStore"]
@@ -572,7 +572,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         pipe = client.pipeline(transaction=False)
         for rkey in rkeys:
             pipe.execute_command("HGETALL", rkey, **_RAW)
-        return self._matching(rkeys, pipe.execute(raise_on_error=False), namespace, thread_id)
+        replies = pipe.execute(raise_on_error=False)
+        return _to_records(self._head, rkeys, replies, namespace, thread_id)
 
     async def _afetch(
         self, client: Any, rkeys: builtins.list[Any], namespace: str | None, thread_id: str | None
@@ -581,37 +582,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         for rkey in rkeys:
             pipe.execute_command("HGETALL", rkey, **_RAW)
         replies = await pipe.execute(raise_on_error=False)
-        return self._matching(rkeys, replies, namespace, thread_id)
-
-    def _matching(
-        self,
-        rkeys: builtins.list[Any],
-        replies: Iterable[Any],
-        namespace: str | None,
-        thread_id: str | None,
-    ) -> builtins.list[Record]:
-        out = []
-        for rkey, fields in zip(rkeys, replies, strict=True):
-            name = rkey.decode(errors="surrogateescape") if isinstance(rkey, bytes) else rkey
-            key = name[len(self._head) : -1]
-            if isinstance(fields, Exception):
-                if isinstance(fields, ResponseError):  # e.g. WRONGTYPE: replaced meanwhile
-                    _log.warning("skipping unreadable idempotency record %r: %s", key, fields)
-                    continue
-                raise fields
-            if not fields:
-                continue  # expired or deleted since SCAN saw it
-            try:
-                rec = _to_record(key, fields)
-            except CorruptRecordError as exc:
-                _log.warning("skipping corrupt idempotency record %r: %s", key, exc)
-                continue
-            if namespace is not None and rec.meta.get("namespace") != namespace:
-                continue
-            if thread_id is not None and rec.meta.get("thread_id") != thread_id:
-                continue
-            out.append(rec)
-        return out
+        return _to_records(self._head, rkeys, replies, namespace, thread_id)
 
     # -- closing ------------------------------------------------------------------------
 
