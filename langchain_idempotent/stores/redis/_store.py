@@ -11,12 +11,12 @@ Spec:
   and never decodes it.
 - **Protocol.** Each operation is **one Lua script, one round trip** (``EVALSHA``; on
   ``NOSCRIPT`` the script is sent once with ``EVAL``, which also caches it). The scripts
-  below implement the decision table of :mod:`langchain_idempotent.protocol` exactly; each
-  is headed by comments naming its ``KEYS``, ``ARGV`` and reply. Every write is inside a
-  script after an owner-token and fence compare: there is no unconditional ``SET`` or
-  ``DEL``, except :meth:`~RedisIdempotencyStore.delete`, an operator action that removes a
-  record whoever holds it. Fences strictly increase per key for as long as the record
-  exists: release sets ``state=free`` and keeps the fence.
+  (:mod:`._scripts`) implement the decision table of :mod:`langchain_idempotent.protocol`
+  exactly; each is headed by comments naming its ``KEYS``, ``ARGV`` and reply. Every write
+  is inside a script after an owner-token and fence compare: there is no unconditional
+  ``SET`` or ``DEL``, except :meth:`~RedisIdempotencyStore.delete`, an operator action that
+  removes a record whoever holds it. Fences strictly increase per key for as long as the
+  record exists: release sets ``state=free`` and keeps the fence.
 - **Time.** Lease deadlines and ``retry_after_ms`` come from ``redis.call('TIME')`` on the
   server holding the record, never from a client clock.
 - **Retention.** A claim sets ``PEXPIRE max(ttl, lease)``, a completion ``PEXPIRE ttl``, a
@@ -35,19 +35,20 @@ Spec:
   version) raises :class:`~langchain_idempotent.errors.CorruptRecordError`; the scripts
   refuse it with a ``CORRUPT`` error reply before deciding anything. ``list`` skips such
   records with a warning; ``delete`` removes them.
-- **Connections.** Constructing a store never connects. :meth:`RedisIdempotencyStore.from_url`
-  and :meth:`~RedisIdempotencyStore.from_sentinel` build a sync and an async client lazily
-  with explicit socket timeouts and a health-check interval (redis-py's own ``from_url``
-  sets neither). Their connections make one attempt each; the store retries a whole
-  operation (reconnect, handshake, command) ``retries`` times with exponential backoff on
-  connection errors and timeouts, so a refused connection fails within milliseconds, and a
-  hung server or a host that drops packets after about ``(retries + 1) * (socket_timeout
-  + socket_connect_timeout)`` at most. (redis-py's own ``Retry`` would also retry the
-  connect inside every command retry: ``(retries + 1) ** 2`` timeouts.) A Cluster client
-  keeps redis-py's retries, which re-learn the slot map after a failover. The async client
-  is built once per event loop.
-  Clients passed in are used as they are (their timeouts and retries apply) and are never
-  closed by the store.
+- **Connections.** Constructing a store never connects.
+  :meth:`RedisIdempotencyStore.from_url` and :meth:`~RedisIdempotencyStore.from_sentinel`
+  build a sync and an async client lazily with explicit socket timeouts and a health-check
+  interval (redis-py's own ``from_url`` sets neither; a timeout must be positive and
+  finite, an interval not negative, ``0`` turning the checks off; others are refused by
+  name when the store is built). Their connections make one attempt each; the store retries
+  a whole operation (reconnect, handshake, command) ``retries`` times with exponential
+  backoff on connection errors and timeouts, so a refused connection fails within
+  milliseconds, and a hung server or a host that drops packets after about ``(retries + 1)
+  * (socket_timeout + socket_connect_timeout)`` at most. (redis-py's own ``Retry`` would
+  also retry the connect inside every command retry: ``(retries + 1) ** 2`` timeouts.) A
+  Cluster client keeps redis-py's retries, which re-learn the slot map after a failover.
+  The async client is built once per event loop. Clients passed in are used as they are
+  (their timeouts and retries apply) and are never closed by the store.
 - **Fast path.** With a sync standalone or Sentinel ``redis.Redis`` (not a single-connection
   client), the store keeps the connections it has used checked out of the client's own
   pool and sends ``EVALSHA`` on them directly: an optimisation that changes no reply and no
@@ -78,7 +79,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import logging
 import time
 from collections.abc import Generator, Mapping, Sequence
 from datetime import timedelta
@@ -122,8 +122,6 @@ from ._scripts import (
 )
 
 __all__ = ["RedisIdempotencyStore"]
-
-_log = logging.getLogger("langchain_idempotent.stores.redis")
 
 #: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
 _WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
@@ -482,9 +480,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
                     while True:
                         step = steps.send(reply)
                         if step == "probe":
-                            reply = (await _aexecute(client, _PROBE_SCRIPT, rkey, (fence,), None))[
-                                0
-                            ]
+                            probe = _aexecute(client, _PROBE_SCRIPT, rkey, (fence,), None)
+                            reply = (await probe)[0]
                         else:
                             reply = await pubsub.get_message(timeout=step)
             finally:
