@@ -243,6 +243,8 @@ return n
 
 @dataclass(frozen=True, slots=True)
 class _Script:
+    """A script as sent: the prelude and one body, and the SHA1 ``EVALSHA`` names it by."""
+
     source: str
     sha: str
 
