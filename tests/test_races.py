@@ -47,7 +47,7 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.heartbeat import schedule_renewal
 from langchain_idempotent.record import Claim, ClaimOutcome, State
-from langchain_idempotent.stores.redis import _CLAIM_SCRIPT
+from langchain_idempotent.stores.redis._scripts import _CLAIM_SCRIPT
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_stopped
 from tests.support.redis_servers import RedisServer, redis_server_available

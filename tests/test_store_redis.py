@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from redis.crc import key_slot
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
-from langchain_idempotent.stores import redis as redis_store_module
+from langchain_idempotent.stores.redis import _scripts as redis_scripts
 from langchain_idempotent.testing import StoreContractTests
 from tests.support.redis_servers import RedisCluster, RedisSentinel, RedisServer, free_port
 
@@ -366,7 +367,7 @@ def test_after_the_server_drops_every_connection_one_retry_is_enough(
     # rather than take the next dead one.
     store = RedisIdempotencyStore.from_url(server.url, retries=1)
     assert claim(store, "warm", "a").outcome is ClaimOutcome.ACQUIRED
-    fast = store._fast
+    fast = store._clients.fast
     assert fast is not None
     held = [fast._take() for _ in range(4)]
     for h in held:
@@ -519,7 +520,7 @@ def test_from_url_sets_timeouts_whole_operation_retries_and_health_checks(
     # Each connection makes one attempt (redis-py would otherwise retry the connect inside
     # every command retry); the store retries the whole operation 4 times.
     assert kwargs["retry"].get_retries() == 0
-    assert store._attempts is not None and store._attempts.get_retries() == 4
+    assert store._clients.attempts is not None and store._clients.attempts.get_retries() == 4
     assert isinstance(client, redis.Redis)
     store.close()
 
@@ -531,7 +532,7 @@ async def test_from_url_builds_one_async_client_per_event_loop(redis_server: Red
     kwargs = client.connection_pool.connection_kwargs
     assert kwargs["socket_timeout"] == 1.5
     assert kwargs["retry"].get_retries() == 0
-    assert store._aattempts is not None and store._aattempts.get_retries() == 2
+    assert store._clients.aattempts is not None and store._clients.aattempts.get_retries() == 2
 
     def in_another_loop() -> object:
         async def go() -> object:
@@ -545,6 +546,41 @@ async def test_from_url_builds_one_async_client_per_event_loop(redis_server: Red
     assert await asyncio.to_thread(in_another_loop) is not client
     assert await store.aget("k") is None
     await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"socket_timeout": -1}, "socket_timeout must be a positive duration"),
+        ({"socket_timeout": 0}, "socket_timeout must be a positive duration"),
+        ({"socket_timeout": "soon"}, "socket_timeout must be a duration in seconds"),
+        ({"socket_connect_timeout": float("inf")}, "socket_connect_timeout must be a finite"),
+        ({"health_check_interval": -30}, "health_check_interval must be a non-negative"),
+        ({"replica_timeout": -0.1}, "replica_timeout must be a non-negative duration"),
+    ],
+)
+def test_a_nonsense_timeout_is_refused_by_name_when_the_store_is_built(
+    options: dict[str, Any], message: str
+) -> None:
+    # Before, a negative socket timeout was accepted here and failed on the first connect
+    # ("Timeout value out of range"), and 0 made the sockets non-blocking.
+    with pytest.raises(ValueError, match=message):
+        RedisIdempotencyStore.from_url("redis://127.0.0.1:1/0", **options)
+    with pytest.raises(ValueError, match=message):
+        RedisIdempotencyStore.from_sentinel([("127.0.0.1", 1)], "mymaster", **options)
+
+
+def test_timeouts_accept_a_timedelta_and_a_health_check_interval_of_zero_turns_checks_off() -> None:
+    store = RedisIdempotencyStore.from_url(
+        "redis://127.0.0.1:1/0",
+        socket_timeout=timedelta(milliseconds=1500),
+        socket_connect_timeout=0.5,
+        health_check_interval=0,
+    )
+    kwargs = store._sync().connection_pool.connection_kwargs  # built, never connected
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (1.5, 0.5)
+    assert kwargs["health_check_interval"] == 0
+    store.close()
 
 
 def test_a_store_with_only_one_client_names_what_to_pass_for_the_other_path(
@@ -584,7 +620,7 @@ def test_a_client_passed_in_is_used_as_is_and_left_open(
 
 def test_every_script_documents_its_keys_argv_and_reply() -> None:
     for name in ("_CLAIM", "_RENEW", "_COMPLETE", "_RELEASE", "_PROBE", "_DELETE"):
-        body = getattr(redis_store_module, name)
+        body = getattr(redis_scripts, name)
         assert "KEYS[1]" in body and "Returns" in body, name
         if name != "_DELETE":  # the operator's delete is the one plain DEL
             assert "'DEL'" not in body and "'SET'" not in body, name
@@ -610,7 +646,7 @@ async def test_noscript_after_script_flush_is_handled(
         else:
             c = claim(store, key, "a")
         assert c.outcome is ClaimOutcome.ACQUIRED
-    assert r.script_exists(redis_store_module._CLAIM_SCRIPT.sha) == [True]
+    assert r.script_exists(redis_scripts._CLAIM_SCRIPT.sha) == [True]
     await store.aclose()
 
 
@@ -619,7 +655,7 @@ def test_an_interrupted_round_trip_never_hands_its_reply_to_the_next_call(
 ) -> None:
     c = claim(redis_store, "done", "a")
     complete(redis_store, "done", "a", c.fence, b"r")
-    fast = redis_store._fast
+    fast = redis_store._clients.fast
     assert fast is not None and len(fast._idle) == 1
     conn = fast._idle[0].conn  # the one the next operation takes
     real = conn.read_response

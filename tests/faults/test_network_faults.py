@@ -38,7 +38,7 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.record import ClaimOutcome, Record, State
 from langchain_idempotent.stores.base import BaseIdempotencyStore
-from langchain_idempotent.stores.redis import _CLAIM_SCRIPT, _COMPLETE_SCRIPT
+from langchain_idempotent.stores.redis._scripts import _CLAIM_SCRIPT, _COMPLETE_SCRIPT
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally
 from tests.support.redis_servers import RedisServer
 

@@ -1,0 +1,444 @@
+"""The wire contract of the Redis store: the Lua scripts, how they are sent, what they return.
+
+Each script is one store operation, run atomically on the server that holds the record
+(claim, renew, complete and release implement the decision table of
+:mod:`langchain_idempotent.protocol`): the shared :data:`_PRELUDE` (the server clock, and
+``load``, which refuses anything that is not a record of this format) followed by one body,
+headed by comments naming its ``KEYS``, ``ARGV`` and reply. The argument builders
+(:func:`_claim_args`, :func:`_complete_args`) write ``ARGV`` in that order; the decoders
+(:func:`_to_claim`, :func:`_to_completion`, :func:`_to_record`, :func:`_to_records`) read
+the replies, and turn anything unexpected into
+:class:`~langchain_idempotent.errors.CorruptRecordError`.
+
+A script is sent as ``EVALSHA`` and, on ``NOSCRIPT`` (after ``SCRIPT FLUSH``, a restart, a
+failover), once as ``EVAL`` with its source, which also caches it. Replies are always raw
+bytes, whatever the client's ``decode_responses``: a stored payload is handed back exactly.
+:func:`_execute` and :func:`_aexecute` do that through a client's ``execute_command``
+(Cluster, async and single-connection clients); the sync fast path
+(:mod:`._fastpath`) sends the same commands on a connection it holds.
+
+(redis-py's ``register_script`` would do the ``NOSCRIPT`` fallback too, but it calls
+``evalsha`` with no way to ask for raw bytes, so a ``decode_responses=True`` client would
+decode the payload, and it reloads with a separate ``SCRIPT LOAD`` round trip.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError, ResponseError
+
+from ...errors import CorruptRecordError
+from ...record import FORMAT_VERSION, Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, State
+
+_log = logging.getLogger("langchain_idempotent.stores.redis")
+#: Ask redis-py for raw bytes whatever the client's ``decode_responses``.
+_RAW: dict[str, Any] = {NEVER_DECODE: True}
+_VERSION = str(FORMAT_VERSION)
+_STATES = {s.value.encode(): s for s in State}
+_OUTCOMES = {o.value.encode(): o for o in ClaimOutcome}
+
+# -- Lua ---------------------------------------------------------------------------------
+
+_PRELUDE = """
+-- Shared by every script.
+-- now_ms(): the server clock in milliseconds, never a client's.
+-- load(key, version): the record as a table, or nil when the key is absent, or
+--   nil plus a reason when the key holds something that is not a record of this format.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function int(s)
+  if s and string.match(s, '^%-?%d+$') then return tonumber(s) end
+  return nil
+end
+
+local function load(key, version)
+  local f = redis.pcall('HMGET', key, 'version', 'state', 'owner', 'fence', 'lease_until',
+                        'fingerprint', 'attempt', 'payload')
+  if f.err then return nil, 'not a hash' end
+  if not f[2] then
+    if redis.call('EXISTS', key) == 1 then return nil, 'no state field' end
+    return nil
+  end
+  if f[1] ~= version then return nil, 'unknown format version' end
+  local state = f[2]
+  local done = state == 'completed' or state == 'failed'
+  if not (done or state == 'running' or state == 'free') then return nil, 'unknown state' end
+  local rec = {state = state, done = done, owner = f[3], fence = int(f[4]), lease_until = int(f[5]),
+               fingerprint = f[6], attempt = int(f[7]), payload = f[8]}
+  if not (rec.owner and rec.fence and rec.lease_until and rec.fingerprint and rec.attempt) then
+    return nil, 'missing or malformed fields'
+  end
+  if done and not rec.payload then return nil, 'result without payload' end
+  return rec
+end
+"""
+
+_CLAIM = """
+-- claim: replay, acquire, take over, or report busy / mismatch / expired, atomically
+-- (protocol.decide_claim).
+-- KEYS[1]   the record hash
+-- ARGV[1]   owner token           ARGV[2] fingerprint of the arguments
+-- ARGV[3]   lease in ms           ARGV[4] retention (ttl) in ms
+-- ARGV[5]   'takeover' or 'raise': what to do with an expired lease
+-- ARGV[6]   format version
+-- ARGV[7..] meta as name, value pairs (stored as m:<name> when the record is created)
+-- Returns {outcome, fence, attempt, retry_after_ms, failed (0/1), payload (replay only)};
+-- a 'CORRUPT ...' error when the key holds something else.
+local key = KEYS[1]
+local rec, bad = load(key, ARGV[6])
+if bad then return redis.error_reply('CORRUPT ' .. bad) end
+if rec and rec.fingerprint ~= ARGV[2] then
+  return {'mismatch', rec.fence, rec.attempt, 0, 0}
+end
+if rec and rec.done then  -- the fast path: one HMGET, no clock, no write
+  return {'replay', rec.fence, rec.attempt, 0, rec.state == 'failed' and 1 or 0, rec.payload}
+end
+local now = now_ms()
+local lease = tonumber(ARGV[3])
+local expire = math.max(tonumber(ARGV[4]), lease)
+
+if not rec then
+  local fields = {'version', ARGV[6], 'state', 'running', 'owner', ARGV[1], 'fence', 1,
+                  'lease_until', now + lease, 'fingerprint', ARGV[2], 'attempt', 1,
+                  'created_at', now, 'updated_at', now}
+  for i = 7, #ARGV, 2 do
+    fields[#fields + 1] = 'm:' .. ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+  end
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIRE', key, expire)
+  return {'acquired', 1, 1, 0, 0}
+end
+
+local function take(outcome)
+  local fence, attempt = rec.fence + 1, rec.attempt + 1
+  redis.call('HSET', key, 'state', 'running', 'owner', ARGV[1], 'fence', fence,
+             'attempt', attempt, 'lease_until', now + lease, 'updated_at', now)
+  redis.call('PEXPIRE', key, expire)
+  return {outcome, fence, attempt, 0, 0}
+end
+
+if rec.state == 'free' then return take('acquired') end
+-- running
+if rec.owner == ARGV[1] then
+  redis.call('HSET', key, 'lease_until', now + lease, 'updated_at', now)
+  redis.call('PEXPIRE', key, expire)
+  return {'owned', rec.fence, rec.attempt, 0, 0}
+end
+if rec.lease_until > now then
+  return {'busy', rec.fence, rec.attempt, rec.lease_until - now, 0}
+end
+if ARGV[5] == 'raise' then return {'expired', rec.fence, rec.attempt, 0, 0} end
+return take('takeover')
+"""
+
+_RENEW = """
+-- renew: extend the lease while the caller still owns it (protocol.decide_renew).
+-- KEYS[1]  the record hash
+-- ARGV[1]  owner token   ARGV[2] fence   ARGV[3] lease in ms   ARGV[4] format version
+-- Returns 1 when extended, 0 when the caller no longer owns the lease.
+local key = KEYS[1]
+local rec, bad = load(key, ARGV[4])
+if bad then return redis.error_reply('CORRUPT ' .. bad) end
+if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
+   or rec.fence ~= tonumber(ARGV[2]) then
+  return 0
+end
+local now, lease = now_ms(), tonumber(ARGV[3])
+redis.call('HSET', key, 'lease_until', now + lease, 'updated_at', now)
+if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
+return 1
+"""
+
+_COMPLETE = """
+-- complete: store the first result, write-once (protocol.decide_complete), and wake waiters.
+-- KEYS[1]   the record hash (channel KEYS[1]..':done' is published on)
+-- ARGV[1]   owner token        ARGV[2] fence        ARGV[3] fingerprint
+-- ARGV[4]   payload bytes      ARGV[5] 1 if the payload is a terminal failure, else 0
+-- ARGV[6]   retention (ttl) in ms                    ARGV[7] format version
+-- ARGV[8..] meta as name, value pairs (used only if the record has vanished)
+-- Returns {stored (0/1), stale (0/1), failed (0/1), stored payload (only when not stored)}.
+local key = KEYS[1]
+local rec, bad = load(key, ARGV[7])
+if bad then return redis.error_reply('CORRUPT ' .. bad) end
+local fence = tonumber(ARGV[2])
+if rec and rec.done then
+  local stale = (rec.owner == ARGV[1] and rec.fence == fence) and 0 or 1
+  return {0, stale, rec.state == 'failed' and 1 or 0, rec.payload}
+end
+local now = now_ms()
+local state = ARGV[5] == '1' and 'failed' or 'completed'
+local stale = 1
+if not rec then
+  -- expired or evicted while the tool ran: this result is the only one
+  local fields = {'version', ARGV[7], 'state', state, 'owner', ARGV[1], 'fence', fence,
+                  'lease_until', 0, 'fingerprint', ARGV[3], 'attempt', 1, 'payload', ARGV[4],
+                  'created_at', now, 'updated_at', now}
+  for i = 8, #ARGV, 2 do
+    fields[#fields + 1] = 'm:' .. ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+  end
+  redis.call('HSET', key, unpack(fields))
+else
+  if rec.state == 'running' and rec.owner == ARGV[1] and rec.fence == fence then stale = 0 end
+  redis.call('HSET', key, 'state', state, 'owner', ARGV[1],
+             'fence', math.max(rec.fence, fence), 'lease_until', 0, 'payload', ARGV[4],
+             'updated_at', now)
+end
+redis.call('PEXPIRE', key, tonumber(ARGV[6]))
+redis.call('PUBLISH', key .. ':done', state)
+return {1, stale, ARGV[5] == '1' and 1 or 0}
+"""
+
+_RELEASE = """
+-- release: back to free after a retryable error, only for the current owner and fence
+-- (protocol.decide_release); the fence is kept so that fences keep increasing.
+-- KEYS[1]  the record hash (channel KEYS[1]..':done' is published on)
+-- ARGV[1]  owner token   ARGV[2] fence   ARGV[3] format version
+-- Returns 1 when released, 0 when the caller was not the owner.
+local key = KEYS[1]
+local rec, bad = load(key, ARGV[3])
+if bad then return redis.error_reply('CORRUPT ' .. bad) end
+if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
+   or rec.fence ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', key, 'state', 'free', 'owner', '', 'lease_until', 0, 'updated_at', now_ms())
+redis.call('PUBLISH', key .. ':done', 'free')
+return 1
+"""
+
+_PROBE = """
+-- probe (for watch): is the record still RUNNING at the waiter's fence with a live lease?
+-- KEYS[1]  the record hash
+-- ARGV[1]  the fence the waiter saw
+-- Returns the milliseconds left on that lease, or -1 when the waiter should stop waiting.
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'fence', 'lease_until')
+if f.err or f[1] ~= 'running' or int(f[2]) ~= tonumber(ARGV[1]) or not int(f[3]) then
+  return -1
+end
+local left = int(f[3]) - now_ms()
+if left <= 0 then return -1 end
+return left
+"""
+
+_DELETE = """
+-- delete (operator action): remove the record whoever holds it, and wake waiters.
+-- KEYS[1]  the record hash
+-- Returns 1 when a record was removed, else 0.
+local n = redis.call('DEL', KEYS[1])
+if n == 1 then redis.call('PUBLISH', KEYS[1] .. ':done', 'deleted') end
+return n
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Script:
+    """A script as sent: the prelude and one body, and the SHA1 ``EVALSHA`` names it by."""
+
+    source: str
+    sha: str
+
+    @classmethod
+    def of(cls, body: str) -> _Script:
+        source = _PRELUDE + body
+        return cls(source, hashlib.sha1(source.encode()).hexdigest())
+
+
+_CLAIM_SCRIPT = _Script.of(_CLAIM)
+_RENEW_SCRIPT = _Script.of(_RENEW)
+_COMPLETE_SCRIPT = _Script.of(_COMPLETE)
+_RELEASE_SCRIPT = _Script.of(_RELEASE)
+_PROBE_SCRIPT = _Script.of(_PROBE)
+_DELETE_SCRIPT = _Script.of(_DELETE)
+
+# -- sending a script through a client ---------------------------------------------------
+
+
+def _execute(
+    client: Any, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+) -> tuple[Any, int | None]:
+    """One attempt through ``execute_command`` (Cluster, single-connection clients). With
+    ``wait`` the client holds one connection (Cluster refuses ``replicas``)."""
+    try:
+        reply = client.execute_command("EVALSHA", script.sha, 1, rkey, *args, **_RAW)
+    except NoScriptError:
+        reply = client.execute_command("EVAL", script.source, 1, rkey, *args, **_RAW)
+    return reply, None if wait is None else int(client.execute_command(*wait))
+
+
+async def _aexecute(
+    client: Any, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+) -> tuple[Any, int | None]:
+    """One attempt on an async client; with ``wait``, a pipeline holds one connection for
+    the script and its ``WAIT``."""
+    if wait is None:
+        try:
+            reply = await client.execute_command("EVALSHA", script.sha, 1, rkey, *args, **_RAW)
+        except NoScriptError:
+            reply = await client.execute_command("EVAL", script.source, 1, rkey, *args, **_RAW)
+        return reply, None
+    for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(command, body, 1, rkey, *args, **_RAW)
+        pipe.execute_command(*wait)
+        reply, acks = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, NoScriptError) and command == "EVALSHA":
+            continue
+        for answer in (reply, acks):
+            if isinstance(answer, Exception):
+                raise answer
+        return reply, int(acks)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- arguments and replies ---------------------------------------------------------------
+
+
+def _claim_args(
+    owner: str,
+    fingerprint: str,
+    lease_ms: int,
+    ttl_ms: int,
+    on_expired: ExpiredPolicy,
+    meta: Mapping[str, str] | None,
+) -> list[Any]:
+    args: list[Any] = [owner, fingerprint, lease_ms, ttl_ms, on_expired, _VERSION]
+    if meta:
+        for name, value in meta.items():
+            args += (name, value)
+    return args
+
+
+def _complete_args(
+    owner: str,
+    fence: int,
+    fingerprint: str,
+    payload: bytes,
+    failed: bool,
+    ttl_ms: int,
+    meta: Mapping[str, str] | None,
+) -> list[Any]:
+    args: list[Any] = [owner, fence, fingerprint, payload, 1 if failed else 0, ttl_ms, _VERSION]
+    if meta:
+        for name, value in meta.items():
+            args += (name, value)
+    return args
+
+
+def _to_claim(reply: Any, key: str) -> Claim:
+    try:
+        outcome = _OUTCOMES[reply[0]]
+        return Claim(
+            outcome,
+            fence=reply[1],
+            attempt=reply[2],
+            retry_after_ms=reply[3],
+            failed=reply[4] == 1,
+            payload=reply[5] if len(reply) > 5 else None,
+        )
+    except (KeyError, IndexError, TypeError) as exc:
+        raise CorruptRecordError(f"unexpected claim reply {reply!r}", key=key) from exc
+
+
+def _to_completion(reply: Any, payload: bytes, key: str) -> Completion:
+    try:
+        stored = reply[0] == 1
+        return Completion(
+            stored=stored,
+            stale=reply[1] == 1,
+            failed=reply[2] == 1,
+            payload=payload if stored else reply[3],
+        )
+    except (IndexError, TypeError) as exc:
+        raise CorruptRecordError(f"unexpected completion reply {reply!r}", key=key) from exc
+
+
+_INT_FIELDS = (b"fence", b"lease_until", b"attempt", b"created_at", b"updated_at")
+
+
+def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
+    """Decode an ``HGETALL`` reply; anything but a well-formed record is corrupt."""
+    try:
+        if fields.get(b"version") != _VERSION.encode():
+            raise ValueError(f"unknown format version {fields.get(b'version')!r}")
+        state = _STATES[fields[b"state"]]
+        ints = {name: _int(fields[name]) for name in _INT_FIELDS}
+        payload = fields.get(b"payload")
+        if state in (State.COMPLETED, State.FAILED) and payload is None:
+            raise ValueError("a result without a payload")
+        meta = {
+            name[2:].decode(): value.decode()
+            for name, value in fields.items()
+            if name.startswith(b"m:")
+        }
+        return Record(
+            key=key,
+            state=state,
+            owner=fields[b"owner"].decode(),
+            fence=ints[b"fence"],
+            lease_until=ints[b"lease_until"],
+            fingerprint=fields[b"fingerprint"].decode(),
+            attempt=ints[b"attempt"],
+            payload=payload,
+            created_at=ints[b"created_at"],
+            updated_at=ints[b"updated_at"],
+            version=FORMAT_VERSION,
+            meta=meta,
+        )
+    except (KeyError, ValueError, AttributeError, TypeError) as exc:
+        raise CorruptRecordError(
+            f"the Redis record for idempotency key {key!r} cannot be read ({exc!r}); "
+            "it was not used. Inspect it, then delete it to start over "
+            f"(`langchain-idempotent delete {key}`).",
+            key=key,
+        ) from exc
+
+
+def _to_records(
+    head: str,
+    rkeys: Sequence[Any],
+    replies: Iterable[Any],
+    namespace: str | None,
+    thread_id: str | None,
+) -> list[Record]:
+    """Decode the ``HGETALL`` replies for a batch of ``SCAN``ned keys (``head`` is the
+    prefix and the opening brace): the records whose meta match. A key that vanished since
+    is skipped; an unreadable or corrupt one is skipped with a warning."""
+    out = []
+    for rkey, fields in zip(rkeys, replies, strict=True):
+        name = rkey.decode(errors="surrogateescape") if isinstance(rkey, bytes) else rkey
+        key = name[len(head) : -1]
+        if isinstance(fields, Exception):
+            if isinstance(fields, ResponseError):  # e.g. WRONGTYPE: replaced meanwhile
+                _log.warning("skipping unreadable idempotency record %r: %s", key, fields)
+                continue
+            raise fields
+        if not fields:
+            continue  # expired or deleted since SCAN saw it
+        try:
+            rec = _to_record(key, fields)
+        except CorruptRecordError as exc:
+            _log.warning("skipping corrupt idempotency record %r: %s", key, exc)
+            continue
+        if namespace is not None and rec.meta.get("namespace") != namespace:
+            continue
+        if thread_id is not None and rec.meta.get("thread_id") != thread_id:
+            continue
+        out.append(rec)
+    return out
+
+
+def _int(raw: bytes) -> int:
+    if not raw.lstrip(b"-").isdigit():
+        raise ValueError(f"not an integer: {raw!r}")
+    return int(raw)

@@ -1,0 +1,679 @@
+"""``RedisIdempotencyStore``: many hosts, one Redis (standalone, Sentinel or Cluster).
+
+Spec:
+
+- **Record.** One HASH per key at ``{prefix}{<key>}`` — the braces are a Cluster hash
+  tag, so the record and its wake-up channel ``{prefix}{<key>}:done`` share one slot.
+  Fields: ``version state owner fence lease_until fingerprint attempt payload created_at
+  updated_at`` (one per :class:`~langchain_idempotent.record.Record` field; integers in
+  decimal, ``payload`` raw bytes, only on completed / failed records) and ``m:<name>`` for
+  each ``meta`` entry. Nothing is JSON or pickle: the store hands ``payload`` back as bytes
+  and never decodes it.
+- **Protocol.** Each operation is **one Lua script, one round trip** (``EVALSHA``; on
+  ``NOSCRIPT`` the script is sent once with ``EVAL``, which also caches it). The scripts
+  (:mod:`._scripts`) implement the decision table of :mod:`langchain_idempotent.protocol`
+  exactly; each is headed by comments naming its ``KEYS``, ``ARGV`` and reply. Every write
+  is inside a script after an owner-token and fence compare: there is no unconditional
+  ``SET`` or ``DEL``, except :meth:`~RedisIdempotencyStore.delete`, an operator action that
+  removes a record whoever holds it. Fences strictly increase per key for as long as the
+  record exists: release sets ``state=free`` and keeps the fence.
+- **Time.** Lease deadlines and ``retry_after_ms`` come from ``redis.call('TIME')`` on the
+  server holding the record, never from a client clock; :meth:`~RedisIdempotencyStore.now_ms`
+  is ``TIME`` too (what the CLI compares leases with), and
+  :meth:`~RedisIdempotencyStore.describe` reports what the servers say about eviction,
+  persistence and replication (:mod:`._describe`).
+- **Retention.** A claim sets ``PEXPIRE max(ttl, lease)``, a completion ``PEXPIRE ttl``, a
+  renewal raises the expiry to at least ``lease`` from now, a release leaves it alone.
+- **Wake-ups.** A completion, a release and a delete ``PUBLISH`` on the record's channel.
+  :meth:`~RedisIdempotencyStore.watch` subscribes *first* (and waits for Redis to confirm),
+  then checks the record, and returns at once if it is no longer RUNNING at the waiter's
+  fence or its lease has passed; otherwise it waits for a message, at most until the
+  timeout or the lease deadline, whichever is sooner. One pub/sub connection per waiter,
+  closed afterwards.
+- **Errors.** Every redis-py error (connection refused or reset, socket timeout after the
+  configured retries, ``LOADING``, ``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``,
+  ``NOPERM``, ...) becomes :class:`~langchain_idempotent.errors.StoreUnavailableError` with
+  the key, chained with ``raise ... from``, at one boundary. A record that is not a well-
+  formed hash of this format version (wrong type, missing or garbled fields, unknown
+  version) raises :class:`~langchain_idempotent.errors.CorruptRecordError`; the scripts
+  refuse it with a ``CORRUPT`` error reply before deciding anything. ``list`` skips such
+  records with a warning; ``delete`` removes them.
+- **Connections.** Constructing a store never connects.
+  :meth:`RedisIdempotencyStore.from_url` and :meth:`~RedisIdempotencyStore.from_sentinel`
+  build a sync and an async client lazily with explicit socket timeouts and a health-check
+  interval (redis-py's own ``from_url`` sets neither; a timeout must be positive and
+  finite, an interval not negative, ``0`` turning the checks off; others are refused by
+  name when the store is built). Their connections make one attempt each; the store retries
+  a whole operation (reconnect, handshake, command) ``retries`` times with exponential
+  backoff on connection errors and timeouts, so a refused connection fails within
+  milliseconds, and a hung server or a host that drops packets after about ``(retries + 1)
+  * (socket_timeout + socket_connect_timeout)`` at most. (redis-py's own ``Retry`` would
+  also retry the connect inside every command retry: ``(retries + 1) ** 2`` timeouts.) A
+  Cluster client keeps redis-py's retries, which re-learn the slot map after a failover.
+  The async client is built once per event loop. Clients passed in are used as they are
+  (their timeouts and retries apply) and are never closed by the store.
+- **Fast path.** With a sync standalone or Sentinel ``redis.Redis`` (not a single-connection
+  client), the store keeps the connections it has used checked out of the client's own
+  pool and sends ``EVALSHA`` on them directly: an optimisation that changes no reply and no
+  error (:mod:`._fastpath` says what it bypasses). It holds as many connections as
+  operations ran at once; an interrupted round trip never hands its reply to a later call;
+  after ``fork()`` the child checks out its own; :meth:`~RedisIdempotencyStore.close`
+  returns them all. Cluster, async and single-connection clients go through
+  ``execute_command``.
+- **Eviction.** On the first successful operation the store asks ``CONFIG GET
+  maxmemory-policy`` once and logs a warning on ``langchain_idempotent.stores.redis`` for
+  any policy but ``noeviction``: ``allkeys-*`` can evict any record, and ``volatile-*``
+  can too, because every record carries a TTL. Servers that refuse ``CONFIG`` are not
+  asked again.
+- **Durability.** What Redis persists is what survives: without AOF (``appendfsync``) and
+  replication acknowledgement, a restart or failover can lose recent records, and the tool
+  can run again (with the same key handed downstream). With ``replicas=N`` (standalone or
+  Sentinel; refused on a Cluster client, where redis-py cannot send ``WAIT`` on the
+  connection that wrote) every claim and completion script is followed, pipelined on the
+  same connection, by ``WAIT N replica_timeout``. A claim fewer than ``N`` replicas
+  acknowledged is released and raises ``StoreUnavailableError`` — the tool does not run;
+  a completion fewer than ``N`` acknowledged stays stored on the master and raises it (the
+  engine reports it as a ``store_error`` event and still returns the result). A replica
+  that acknowledged holds the record if it is promoted; Redis does not promise which
+  replica a failover promotes, so ``N`` should be all the replicas that can be promoted.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import time
+from collections.abc import Generator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Literal
+
+import redis
+import redis.asyncio
+
+from ...errors import StoreUnavailableError
+from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record
+from ..base import BaseIdempotencyStore
+from ._clients import (
+    _BACKEND_ERRORS,
+    AsyncClient,
+    SyncClient,
+    _check_retries,
+    _client_options,
+    _Clients,
+    _cluster_url,
+    _Durability,
+    _translate,
+)
+from ._describe import describe_servers, time_ms
+from ._scripts import (
+    _CLAIM_SCRIPT,
+    _COMPLETE_SCRIPT,
+    _DELETE_SCRIPT,
+    _PROBE_SCRIPT,
+    _RAW,
+    _RELEASE_SCRIPT,
+    _RENEW_SCRIPT,
+    _VERSION,
+    _aexecute,
+    _claim_args,
+    _complete_args,
+    _execute,
+    _Script,
+    _to_claim,
+    _to_completion,
+    _to_record,
+    _to_records,
+)
+
+__all__ = ["RedisIdempotencyStore"]
+
+#: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
+_WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
+
+
+# -- the store ---------------------------------------------------------------------------
+
+
+class RedisIdempotencyStore(BaseIdempotencyStore):
+    """Records in Redis. See the module docstring for the full contract.
+
+    Pass a sync ``client`` (``redis.Redis``, ``redis.RedisCluster``, or a Sentinel
+    ``master_for`` client), an ``async_client`` (their ``redis.asyncio`` twins), or both;
+    or build both lazily with :meth:`from_url` / :meth:`from_sentinel`. A store given only
+    one of them raises :class:`TypeError` on the other path. ``prefix`` starts every key
+    this store writes (no braces: they would change the Cluster hash tag). ``replicas``
+    and ``replica_timeout``: see "Durability" in the module docstring.
+    """
+
+    def __init__(
+        self,
+        client: SyncClient | None = None,
+        *,
+        async_client: AsyncClient | None = None,
+        prefix: str = "idem:",
+        replicas: int = 0,
+        replica_timeout: float | timedelta = 0.1,
+    ) -> None:
+        if client is None and async_client is None:
+            raise TypeError(
+                "RedisIdempotencyStore needs client=redis.Redis(...) and/or "
+                "async_client=redis.asyncio.Redis(...); or use "
+                "RedisIdempotencyStore.from_url(url)"
+            )
+        cluster = isinstance(client, redis.RedisCluster) or isinstance(
+            async_client, redis.asyncio.RedisCluster
+        )
+        durability = _Durability.of(replicas, replica_timeout, cluster=cluster)
+        self._setup(prefix, durability, _Clients(sync_client=client, async_client=async_client))
+
+    def _setup(self, prefix: str, durability: _Durability, clients: _Clients) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"prefix must not contain braces (Cluster hash tags): {prefix!r}")
+        self._prefix = prefix
+        self._head = prefix + "{"
+        self._durability = durability
+        self._clients = clients
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = "idem:",
+        cluster: bool | None = None,
+        socket_timeout: float | timedelta = 5.0,
+        socket_connect_timeout: float | timedelta = 2.0,
+        retries: int = 3,
+        health_check_interval: float | timedelta = 30,
+        max_connections: int | None = None,
+        replicas: int = 0,
+        replica_timeout: float | timedelta = 0.1,
+        **client_kwargs: Any,
+    ) -> RedisIdempotencyStore:
+        """A store on ``url``, with a sync and an async client built on first use.
+
+        Schemes: ``redis://``, ``rediss://`` (TLS), ``unix://``, and ``redis+cluster://`` /
+        ``rediss+cluster://`` for a Redis Cluster (or pass ``cluster=True`` with a plain
+        scheme; the URL names any one node). ``socket_timeout`` bounds every read,
+        ``socket_connect_timeout`` every connect; an operation that hits a connection error
+        or a timeout is retried whole (reconnect, handshake, command) ``retries`` times
+        with exponential backoff (10 ms doubling, at most 0.5 s) before
+        :class:`~langchain_idempotent.errors.StoreUnavailableError` (on a Cluster,
+        redis-py's cluster client does the retrying). ``replicas`` > 0 makes every claim
+        and completion wait (``WAIT``) until that many replicas have it, at most
+        ``replica_timeout``; see the module docstring, "Durability". ``client_kwargs`` go
+        to redis-py (``password``, ``ssl_ca_certs``, ...).
+        """
+        url, cluster = _cluster_url(url, cluster)
+        options = _client_options(
+            socket_timeout,
+            socket_connect_timeout,
+            health_check_interval,
+            max_connections,
+            client_kwargs,
+        )
+        _check_retries(retries)
+        durability = _Durability.of(replicas, replica_timeout, cluster=bool(cluster))
+        store = cls.__new__(cls)
+        clients = _Clients.on_url(url, cluster=bool(cluster), options=options, retries=retries)
+        store._setup(prefix, durability, clients)
+        return store
+
+    @classmethod
+    def from_sentinel(
+        cls,
+        sentinels: Sequence[tuple[str, int]],
+        service_name: str,
+        *,
+        prefix: str = "idem:",
+        socket_timeout: float | timedelta = 5.0,
+        socket_connect_timeout: float | timedelta = 2.0,
+        retries: int = 3,
+        health_check_interval: float | timedelta = 30,
+        max_connections: int | None = None,
+        replicas: int = 0,
+        replica_timeout: float | timedelta = 0.1,
+        sentinel_kwargs: Mapping[str, Any] | None = None,
+        **client_kwargs: Any,
+    ) -> RedisIdempotencyStore:
+        """A store on the master that ``sentinels`` name ``service_name``, built on first use.
+
+        Follows failovers (redis-py's ``SentinelConnectionPool``: a retried operation
+        asks the sentinels for the master again). Timeouts, retries and ``replicas`` as in
+        :meth:`from_url`; ``sentinel_kwargs`` configure the connections to the sentinels
+        themselves (default: the same socket timeouts).
+        """
+        _check_retries(retries)
+        options = _client_options(
+            socket_timeout,
+            socket_connect_timeout,
+            health_check_interval,
+            max_connections,
+            client_kwargs,
+        )
+        durability = _Durability.of(replicas, replica_timeout, cluster=False)
+        store = cls.__new__(cls)
+        clients = _Clients.on_sentinel(
+            sentinels,
+            service_name,
+            options=options,
+            sentinel_kwargs=sentinel_kwargs,
+            retries=retries,
+        )
+        store._setup(prefix, durability, clients)
+        return store
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    # -- clients ------------------------------------------------------------------------
+
+    def _sync(self) -> Any:  # SyncClient; redis-py's methods are untyped
+        return self._clients.sync()
+
+    def _async(self) -> Any:  # AsyncClient
+        return self._clients.async_()
+
+    def _rkey(self, key: str) -> str:
+        return f"{self._head}{key}}}"
+
+    # -- one round trip -----------------------------------------------------------------
+
+    def _eval(self, script: _Script, key: str, args: Sequence[Any]) -> Any:
+        return self._eval_acked(script, key, args, wait=None)[0]
+
+    def _eval_acked(
+        self, script: _Script, key: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
+        """The script's reply, and the replicas' acknowledgement count when ``wait`` is a
+        ``WAIT`` command (sent right behind the script on the same connection)."""
+        rkey = self._rkey(key)
+        try:
+            answer = self._clients.retrying(lambda: self._send(script, rkey, args, wait))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+        if not self._clients.eviction_checked:
+            self._clients.check_eviction()
+        return answer
+
+    def _send(
+        self, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
+        """One attempt: no retry, redis-py's errors as they are."""
+        client = self._clients.sync()
+        fast = self._clients.fast
+        if fast is not None:
+            return fast.evalsha(script, rkey, args, wait)
+        return _execute(client, script, rkey, args, wait)
+
+    async def _aeval(self, script: _Script, key: str, args: Sequence[Any]) -> Any:
+        return (await self._aeval_acked(script, key, args, wait=None))[0]
+
+    async def _aeval_acked(
+        self, script: _Script, key: str, args: Sequence[Any], wait: tuple[Any, ...] | None
+    ) -> tuple[Any, int | None]:
+        client = self._async()
+        try:
+            answer = await self._clients.aretrying(
+                lambda: _aexecute(client, script, self._rkey(key), args, wait)
+            )
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+        if not self._clients.eviction_checked:
+            await self._clients.acheck_eviction(client)
+        return answer
+
+    # -- record operations --------------------------------------------------------------
+
+    def claim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        wait = self._durability.wait
+        reply, acks = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
+        claim = _to_claim(reply, key)
+        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+            with contextlib.suppress(StoreUnavailableError):
+                self.release(key, owner=owner, fence=claim.fence)
+            raise self._durability.error("claim", key, acks)
+        return claim
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        wait = self._durability.wait
+        reply, acks = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
+        claim = _to_claim(reply, key)
+        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+            with contextlib.suppress(StoreUnavailableError):
+                await self.arelease(key, owner=owner, fence=claim.fence)
+            raise self._durability.error("claim", key, acks)
+        return claim
+
+    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
+
+    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        return bool(await self._aeval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
+
+    def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        wait = self._durability.wait
+        reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, args, wait)
+        completion = _to_completion(reply, payload, key)
+        if self._durability.short(acks) and completion.stored:
+            raise self._durability.error("completion", key, acks)
+        return completion
+
+    async def acomplete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        wait = self._durability.wait
+        reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, args, wait)
+        completion = _to_completion(reply, payload, key)
+        if self._durability.short(acks) and completion.stored:
+            raise self._durability.error("completion", key, acks)
+        return completion
+
+    def release(self, key: str, *, owner: str, fence: int) -> bool:
+        return bool(self._eval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+
+    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
+        return bool(await self._aeval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+
+    def get(self, key: str) -> Record | None:
+        try:
+            client = self._sync()
+            fields = self._clients.retrying(
+                lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
+            )
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+        return _to_record(key, fields) if fields else None
+
+    async def aget(self, key: str) -> Record | None:
+        client = self._async()
+        try:
+            fields = await self._clients.aretrying(
+                lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
+            )
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+        return _to_record(key, fields) if fields else None
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    def watch(self, key: str, *, fence: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        rkey = self._rkey(key)
+
+        def once() -> None:
+            pubsub = self._sync().pubsub()
+            try:
+                pubsub.subscribe(rkey + ":done")
+                steps, reply = _watching(deadline), None
+                with contextlib.suppress(StopIteration):
+                    while True:
+                        step = steps.send(reply)
+                        if step == "probe":
+                            reply = self._send(_PROBE_SCRIPT, rkey, (fence,), None)[0]
+                        else:
+                            reply = pubsub.get_message(timeout=step)
+            finally:
+                pubsub.close()
+
+        try:
+            self._clients.retrying(once)
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+
+    async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        rkey = self._rkey(key)
+
+        async def once() -> None:
+            client = self._async()
+            if isinstance(client, redis.asyncio.RedisCluster):
+                await client.initialize()  # the pub/sub node is chosen from the slot map
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(rkey + ":done")
+                steps, reply = _watching(deadline), None
+                with contextlib.suppress(StopIteration):
+                    while True:
+                        step = steps.send(reply)
+                        if step == "probe":
+                            probe = _aexecute(client, _PROBE_SCRIPT, rkey, (fence,), None)
+                            reply = (await probe)[0]
+                        else:
+                            reply = await pubsub.get_message(timeout=step)
+            finally:
+                await pubsub.aclose()
+
+        try:
+            await self._clients.aretrying(once)
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+
+    # -- operator helpers ---------------------------------------------------------------
+
+    def delete(self, key: str) -> bool:
+        """Remove the record whoever holds it (an operator action: a plain ``DEL``)."""
+        return bool(self._eval(_DELETE_SCRIPT, key, ()))
+
+    async def adelete(self, key: str) -> bool:
+        return bool(await self._aeval(_DELETE_SCRIPT, key, ()))
+
+    def list(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Record]:
+        """Records whose meta match, oldest first: ``SCAN`` (every primary on a Cluster)."""
+
+        def scan() -> builtins.list[Record]:
+            out: builtins.list[Record] = []
+            client = self._sync()
+            batch: builtins.list[Any] = []
+            for rkey in client.scan_iter(match=self._pattern(), count=500, _type="hash"):
+                batch.append(rkey)
+                if len(batch) >= 256:
+                    out += self._fetch(client, batch, namespace, thread_id)
+                    batch = []
+            if batch:
+                out += self._fetch(client, batch, namespace, thread_id)
+            return out
+
+        try:
+            return _oldest_first(self._clients.retrying(scan), limit)
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+
+    async def alist(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Record]:
+
+        async def scan() -> builtins.list[Record]:
+            out: builtins.list[Record] = []
+            client = self._async()
+            batch: builtins.list[Any] = []
+            async for rkey in client.scan_iter(match=self._pattern(), count=500, _type="hash"):
+                batch.append(rkey)
+                if len(batch) >= 256:
+                    out += await self._afetch(client, batch, namespace, thread_id)
+                    batch = []
+            if batch:
+                out += await self._afetch(client, batch, namespace, thread_id)
+            return out
+
+        try:
+            return _oldest_first(await self._clients.aretrying(scan), limit)
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+
+    async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
+        n = 0
+        for rec in await self.alist(namespace=namespace, thread_id=thread_id):
+            n += await self.adelete(rec.key)
+        return n
+
+    def _pattern(self) -> str:
+        return _glob_escape(self._head) + "*}"
+
+    def _fetch(
+        self, client: Any, rkeys: builtins.list[Any], namespace: str | None, thread_id: str | None
+    ) -> builtins.list[Record]:
+        pipe = client.pipeline(transaction=False)
+        for rkey in rkeys:
+            pipe.execute_command("HGETALL", rkey, **_RAW)
+        replies = pipe.execute(raise_on_error=False)
+        return _to_records(self._head, rkeys, replies, namespace, thread_id)
+
+    async def _afetch(
+        self, client: Any, rkeys: builtins.list[Any], namespace: str | None, thread_id: str | None
+    ) -> builtins.list[Record]:
+        pipe = client.pipeline(transaction=False)
+        for rkey in rkeys:
+            pipe.execute_command("HGETALL", rkey, **_RAW)
+        replies = await pipe.execute(raise_on_error=False)
+        return _to_records(self._head, rkeys, replies, namespace, thread_id)
+
+    # -- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Return this store's connections; clients it built are closed (and rebuilt on use).
+
+        Call it when no operation is in flight. Clients passed in are left open.
+        """
+        self._clients.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, plus the async client this store built for the running loop."""
+        await self._clients.aclose()
+
+    # -- the store's clock and facts (for the CLI and ``doctor``) ----------------------
+
+    def now_ms(self) -> int:
+        """The server's clock in milliseconds (``TIME``): the clock leases are written on.
+
+        On a Cluster, the clock of redis-py's default node (each record's lease is judged
+        by the node that holds it; keep the nodes' clocks in sync). Retried and translated
+        like every operation: an unreachable server raises
+        :class:`~langchain_idempotent.errors.StoreUnavailableError`.
+        """
+        try:
+            client = self._sync()
+            reply = self._clients.retrying(lambda: client.execute_command("TIME"))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+        return time_ms(reply)
+
+    async def anow_ms(self) -> int:
+        client = self._async()
+        try:
+            reply = await self._clients.aretrying(lambda: client.execute_command("TIME"))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+        return time_ms(reply)
+
+    def describe(self) -> dict[str, Any]:
+        """What the servers behind this store say about themselves, for ``doctor``.
+
+        ``{"kind": "redis", "topology": "standalone" | "sentinel" | "cluster", "prefix",
+        "replicas" (the ``replicas=`` this store waits for), "servers": [...]}``: one entry
+        per server the store writes to (see :mod:`._describe`). No password. Uses the
+        store's own sync client.
+        """
+        try:
+            client = self._sync()
+            topology, servers = self._clients.retrying(lambda: describe_servers(client))
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, None) from exc
+        return {
+            "kind": "redis",
+            "topology": topology,
+            "prefix": self._prefix,
+            "replicas": self._durability.replicas,
+            "servers": servers,
+        }
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _oldest_first(records: list[Record], limit: int | None) -> list[Record]:
+    records.sort(key=lambda r: r.created_at)
+    return records[:limit] if limit is not None else records
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _watching(deadline: float) -> Generator[float | Literal["probe"], Any, None]:
+    """One watch after subscribing, without I/O, for both faces to drive. Yields a timeout
+    in seconds: read one pub/sub message, waiting at most that long, and send it back (or
+    ``None``); yields ``"probe"``: run the probe script and send back its reply. Returns
+    when the waiter should look at the record again."""
+    while True:  # until Redis confirms the subscription: a message sent before is lost
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        message = yield left
+        if message is not None and message["type"] == "subscribe":
+            break
+    left_ms = yield "probe"
+    if left_ms < 0:  # no longer RUNNING at the waiter's fence, or the lease has passed
+        return
+    end = min(deadline, time.monotonic() + left_ms / 1000 + 0.001)
+    while (left := end - time.monotonic()) > 0:
+        message = yield left
+        if message is not None and message["type"] == "message":
+            return
