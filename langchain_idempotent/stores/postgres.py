@@ -115,8 +115,9 @@ _ERRORS = (psycopg.Error, PoolTimeout, PoolClosed)
 # -- schema: one entry per version; setup() applies those above the stored version ---------
 #
 # Version 1: the table and its indexes. Version 2: the claim and complete functions.
-# ``{t}`` is the table name. The functions implement protocol.py's table; comments name
-# the rows they implement.
+# ``{t}`` is the table name; ``;;`` lines separate statements (sent one by one, so that
+# pools with ``prepare_threshold=0``, like PostgresSaver's, can run them). The functions
+# implement protocol.py's table; comments name the rows they implement.
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -135,10 +136,13 @@ CREATE TABLE IF NOT EXISTS {t} (
     namespace    text,
     thread_id    text,
     expires_at   bigint NOT NULL
-);
-CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at);
-CREATE INDEX IF NOT EXISTS {t}_thread ON {t} (thread_id, namespace);
-CREATE INDEX IF NOT EXISTS {t}_namespace ON {t} (namespace);
+)
+;;
+CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at)
+;;
+CREATE INDEX IF NOT EXISTS {t}_thread ON {t} (thread_id, namespace)
+;;
+CREATE INDEX IF NOT EXISTS {t}_namespace ON {t} (namespace)
 """
 
 _V2 = """
@@ -219,8 +223,8 @@ BEGIN
                    expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
     WHERE key = p_key;
 END
-$fn$;
-
+$fn$
+;;
 -- complete: returns (outcome, stored, stale, failed, payload); outcome 'ok' or 'corrupt'.
 -- p_strict (transactional mode): store only while RUNNING with the caller's owner and
 -- fence; otherwise store nothing and answer stale (the caller rolls back).
@@ -285,7 +289,7 @@ BEGIN
     PERFORM pg_notify('{t}_wake', md5(p_key));
     stored := true; stale := NOT mine; failed := p_failed; payload := p_payload;
 END
-$fn$;
+$fn$
 """
 
 _MIGRATIONS = (_V1, _V2)
@@ -845,7 +849,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     ) -> _T:
         pool = self._sync_pool(key)
         if setup:
-            self._maybe_setup()
+            self._maybe_setup(key)
         for attempt in (1, 2):
             broken = False
             try:
@@ -880,7 +884,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         if pool is None:  # only a sync pool was given
             return await asyncio.to_thread(self._run_sync_twin, key, run)
         if setup:
-            await self._amaybe_setup()
+            await self._amaybe_setup(key)
         for attempt in (1, 2):
             broken = False
             try:
@@ -923,13 +927,19 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
         return self._sync(key, sync_run)
 
-    def _maybe_setup(self) -> None:
+    def _maybe_setup(self, key: str | None = None) -> None:
         if self._auto_setup and not self._ready:
-            self.setup()
+            try:
+                self.setup()
+            except StoreUnavailableError as exc:
+                raise StoreUnavailableError(str(exc), key=key) from exc.__cause__
 
-    async def _amaybe_setup(self) -> None:
+    async def _amaybe_setup(self, key: str | None = None) -> None:
         if self._auto_setup and not self._ready:
-            await self.asetup()
+            try:
+                await self.asetup()
+            except StoreUnavailableError as exc:
+                raise StoreUnavailableError(str(exc), key=key) from exc.__cause__
 
     def _check_fork(self) -> None:
         if self._pid != os.getpid():  # a forked child: never touch the parent's sockets
@@ -1242,8 +1252,8 @@ class _Queries:
             )
         out = []
         for version in range(stored + 1, SCHEMA_VERSION + 1):
-            body = _MIGRATIONS[version - 1]
-            out.append(body.format(t=self.table, now=_NOW, version=FORMAT_VERSION))
+            body = _MIGRATIONS[version - 1].format(t=self.table, now=_NOW, version=FORMAT_VERSION)
+            out += [stmt.strip() for stmt in body.split("\n;;\n")]
             out.append(self.write_version.format(v=version))
         return out
 
