@@ -840,7 +840,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
             conn = await pool.getconn()
         except _ERRORS as exc:
             raise StoreUnavailableError(f"PostgreSQL: could not get a connection: {exc}") from exc
-        return AsyncPostgresTransaction(self, pool, conn)
+        return await AsyncPostgresTransaction(self, pool, conn).begin()
 
     # -- the error boundary and the pools ----------------------------------------------
 
