@@ -164,6 +164,27 @@ BEGIN
             SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
             ORDER BY s.expires_at LIMIT p_sweep FOR UPDATE SKIP LOCKED);
     END IF;
+    -- Fast path, no row lock: the answers that write nothing (MISMATCH, REPLAY, BUSY) from
+    -- a plain read. Done rows never change; a running row read just before it changed
+    -- only sends a waiter to watch and claim again, as if it had asked a moment earlier.
+    SELECT * INTO rec FROM {t} WHERE key = p_key;
+    now_ms := {now};
+    IF FOUND AND rec.expires_at > now_ms AND rec.version = {version} THEN
+        o_fence := rec.fence; o_attempt := rec.attempt;
+        IF rec.fingerprint <> p_fingerprint THEN
+            outcome := 'mismatch';
+            RETURN;
+        END IF;
+        IF rec.state IN ('completed', 'failed') THEN
+            outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
+            RETURN;
+        END IF;
+        IF rec.state = 'running' AND rec.owner <> p_owner AND rec.lease_until > now_ms THEN
+            outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
+            RETURN;
+        END IF;
+    END IF;
+    -- Everything else writes: lock the row (or settle the race to insert it) and decide.
     LOOP
         SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
         now_ms := {now};  -- after the lock
