@@ -60,6 +60,10 @@ class Policy:
     namespace: str = "default"
     #: What one effect is: ``"thread"``, ``"turn"``, ``"call"`` or a key function.
     scope: Scope | KeyFunction = "thread"
+    #: Run the tool inside a database transaction of the store (PostgreSQL only) and write
+    #: the completion in it: the tool's writes on ``get_idempotency_context().connection``
+    #: and the record commit together, only while this run still owns the lease.
+    transactional: bool = False
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -91,6 +95,8 @@ class Policy:
             raise ValueError(
                 f"scope must be 'thread', 'turn', 'call' or a function, got {self.scope!r}"
             )
+        if not isinstance(self.transactional, bool):
+            raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
