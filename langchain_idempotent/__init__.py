@@ -102,7 +102,7 @@ if TYPE_CHECKING:
     from .settings import store_from_url as store_from_url
     from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
     from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
-    from .stores.postgres import (  # type: ignore[import-not-found,unused-ignore]
+    from .stores.postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,
     )
     from .stores.redis import RedisIdempotencyStore as RedisIdempotencyStore

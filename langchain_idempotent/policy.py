@@ -63,7 +63,7 @@ class Policy:
     #: Run the tool inside a database transaction of the store (PostgreSQL only) and write
     #: the completion in it: the tool's writes on ``get_idempotency_context().connection``
     #: and the record commit together, only while this run still owns the lease.
-    transactional: bool = False
+    transactional: bool = field(default=False, metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -166,6 +166,7 @@ class PolicyOptions(TypedDict, total=False):
     renew_fraction: float
     namespace: str
     scope: Scope | KeyFunction
+    transactional: bool
 
 
 def option_names() -> tuple[str, ...]:
