@@ -22,6 +22,7 @@ from typing import Any, TypedDict, Unpack
 
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
+from .approval import ApprovalSetting, check_setting
 from .keys import KeyFunction, Scope
 from .record import ExpiredPolicy
 
@@ -60,6 +61,9 @@ class Policy:
     namespace: str = "default"
     #: What one effect is: ``"thread"``, ``"turn"``, ``"call"`` or a key function.
     scope: Scope | KeyFunction = "thread"
+    #: Ask a human before a new effect (see :mod:`.approval`): ``True``, a predicate of the
+    #: call, or a dict of tool names to those. Completed effects replay without asking.
+    approval: ApprovalSetting = field(default=False, metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -91,6 +95,7 @@ class Policy:
             raise ValueError(
                 f"scope must be 'thread', 'turn', 'call' or a function, got {self.scope!r}"
             )
+        check_setting(self.approval)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
@@ -160,6 +165,7 @@ class PolicyOptions(TypedDict, total=False):
     renew_fraction: float
     namespace: str
     scope: Scope | KeyFunction
+    approval: ApprovalSetting
 
 
 def option_names() -> tuple[str, ...]:
