@@ -345,3 +345,19 @@ def test_a_resume_with_two_decisions_for_one_call_is_refused() -> None:
     with pytest.raises(ValueError, match="exactly one decision"):
         asyncio.run(run(Command(resume={"decisions": [{"type": "approve"}] * 2})))
     assert effects.count() == 0
+
+
+def test_show_prints_the_decision_behind_a_record() -> None:
+    import io
+    from types import SimpleNamespace
+
+    from langchain_idempotent.cli.records import show
+
+    store, effects = InMemoryIdempotencyStore(), Effects()
+    run = Run(agent_with(store, effects, approval=True), "show", "sync")
+    [question] = asyncio.run(run({"messages": [HumanMessage("refund INV-7")]}))
+    asyncio.run(run(Command(resume=APPROVE)))
+    out = io.StringIO()
+    key = question.value["action_requests"][0]["idempotency_key"]
+    assert show(SimpleNamespace(key=key, json=False), store=store, out=out) == 0
+    assert "approval:    approve by alice" in out.getvalue()
