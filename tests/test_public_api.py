@@ -109,6 +109,7 @@ FOREIGN_MODULES = [
     "redis.sentinel",
     "psycopg",
     "langgraph.checkpoint.postgres",
+    "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
 ]

@@ -98,6 +98,16 @@ def _summary(rec: Record, now: int) -> dict[str, Any]:
     }
 
 
+def _approval_text(meta: Any) -> str:
+    """``approve by alice``, ``edit of <key> by bob``: the human decision behind a record."""
+    text = str(meta["approval"])
+    if meta.get("approval_of"):
+        text += f" of {meta['approval_of']}"
+    if meta.get("reviewer"):
+        text += f" by {meta['reviewer']}"
+    return text
+
+
 def _duration(ms: int) -> str:
     s = max(0, ms) // 1000
     if s < 60:
@@ -150,6 +160,8 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
         ("format", f"version {rec.version}"),
         ("payload", "-" if rec.payload is None else f"{len(rec.payload)} bytes"),
     ]
+    if "approval" in rec.meta:
+        lines.append(("approval", _approval_text(rec.meta)))
     for name, value in lines:
         print(f"{name + ':':<13}{'' if value is None else value}", file=out)
     if status == "outcome_unknown":
