@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "idempotency_scope": "context",
     "IdempotencyContext": "context",
     "Policy": "policy",
+    "ReconcileCall": "reconcile",
     # stores
     "BaseIdempotencyStore": "stores.base",
     "InMemoryIdempotencyStore": "stores.memory",
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     from .keys import CallInfo as CallInfo
     from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
     from .policy import Policy as Policy
+    from .reconcile import ReconcileCall as ReconcileCall
     from .settings import IdempotencySettings as IdempotencySettings
     from .settings import store_from_env as store_from_env
     from .settings import store_from_url as store_from_url

@@ -23,6 +23,7 @@ from typing import Any, TypedDict, Unpack
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
 from .keys import KeyFunction, Scope
+from .reconcile import ReconcileOption, check_reconcile
 from .record import ExpiredPolicy
 
 __all__ = ["Policy", "PolicyOptions"]
@@ -60,6 +61,10 @@ class Policy:
     namespace: str = "default"
     #: What one effect is: ``"thread"``, ``"turn"``, ``"call"`` or a key function.
     scope: Scope | KeyFunction = "thread"
+    #: Asked on every takeover of a call whose outcome is unknown (sync or async, one
+    #: function or a dict per tool name): the result if the effect happened, else ``None``
+    #: (:mod:`langchain_idempotent.reconcile`).
+    reconcile: ReconcileOption | None = field(default=None, metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -91,6 +96,7 @@ class Policy:
             raise ValueError(
                 f"scope must be 'thread', 'turn', 'call' or a function, got {self.scope!r}"
             )
+        check_reconcile(self.reconcile)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
@@ -119,7 +125,7 @@ class Policy:
     ) -> Policy:
         """A policy from ``<prefix><FIELD>`` variables (``IDEMPOTENCY_LEASE=12``,
         ``IDEMPOTENCY_ON_EXPIRED=raise``, ...), read once, now; unset fields keep their
-        defaults. ``terminal_exceptions`` and ``allowed_types`` are code-only.
+        defaults. ``terminal_exceptions``, ``allowed_types`` and ``reconcile`` are code-only.
 
         Values are parsed with pydantic for the field's type (durations: seconds or an ISO
         8601 duration); a bad value is a ``ValueError`` naming the variable.
@@ -160,6 +166,7 @@ class PolicyOptions(TypedDict, total=False):
     renew_fraction: float
     namespace: str
     scope: Scope | KeyFunction
+    reconcile: ReconcileOption | None
 
 
 def option_names() -> tuple[str, ...]:
