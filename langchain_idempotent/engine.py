@@ -140,9 +140,9 @@ class _Call:
     tool: str | None
     meta: Mapping[str, str] | None
     observer: EventHook | None
-    reconcile: Reconciler | None = None
-    args: Mapping[str, Any] = MappingProxyType({})
-    thread_id: str | None = None
+    reconcile: Reconciler | None
+    args: Mapping[str, Any]
+    thread_id: str | None
 
 
 class Engine:

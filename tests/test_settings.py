@@ -119,7 +119,11 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "scope": ("call", "call"),
     }
     assert set(env_fields()) == set(values)
-    assert set(option_names()) - set(env_fields()) == {"terminal_exceptions", "allowed_types"}
+    assert set(option_names()) - set(env_fields()) == {
+        "terminal_exceptions",
+        "allowed_types",
+        "reconcile",
+    }
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}
     policy = Policy.from_env("APP_", environ=environ)
     for name, (_, expected) in values.items():
