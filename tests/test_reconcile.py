@@ -119,9 +119,7 @@ class Refunds:
         """Leave the record as a dead owner does (lease over, no result) and unwind."""
         ctx = get_idempotency_context()
         assert ctx is not None
-        assert self.store.abandon(
-            ctx.key, owner=ctx.owner, fence=ctx.fence, reason="lease_expired"
-        )
+        assert self.store.abandon(ctx.key, owner=ctx.owner, fence=ctx.fence, reason="lease_expired")
         raise Died
 
     # -- hooks ------------------------------------------------------------------------
