@@ -78,8 +78,19 @@ class PendingCall:
     tool_call_id: str | None
     events: list[IdempotencyEvent] = dataclasses.field(default_factory=list)
     replayed: bool = False
+    #: What the key was derived from (validated arguments, thread id, ...), and the
+    #: model-visible schema (to validate a reviewer's edit).
     info: CallInfo | None = None
     schema: Any = None
+
+    @property
+    def args(self) -> Mapping[str, Any]:
+        """The validated model-visible arguments (for a reconcile hook)."""
+        return {} if self.info is None else self.info.args
+
+    @property
+    def thread_id(self) -> str | None:
+        return None if self.info is None else self.info.thread_id
 
     @classmethod
     def derive(
@@ -114,8 +125,10 @@ class PendingCall:
         return cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
 
     def observe(self, event: IdempotencyEvent) -> None:
-        if event.kind in ("replay", "stale_completion"):
-            self.replayed = True
+        if event.kind in ("replay", "stale_completion") or (
+            event.kind == "reconcile" and event.detail.get("outcome") == "found"
+        ):
+            self.replayed = True  # the answer did not come from this run of the tool
         if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
@@ -129,6 +142,8 @@ class PendingCall:
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
+                args=self.args,
+                thread_id=self.thread_id,
             )
         finally:
             for event in self.events:
@@ -149,6 +164,8 @@ class PendingCall:
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
+                args=self.args,
+                thread_id=self.thread_id,
             )
         finally:
             for event in self.events:

@@ -319,12 +319,14 @@ def idempotent(
     :class:`~langchain_idempotent.policy.Policy` (e.g. ``Policy.from_env()``); the keyword
     ``options`` are its fields (``lease``, ``ttl``, ``wait_timeout``, ``on_expired``,
     ``fail_open``, ``terminal_exceptions``, ``allowed_types``, ``namespace``, ``scope``,
-    ``approval``, ...) and win over ``policy``; an unknown name is a ``TypeError``.
-    Nothing is read from the environment here.
+    ``approval``, ``reconcile``, ...) and win over ``policy``; an unknown name is a
+    ``TypeError``. Nothing is read from the environment here.
 
     ``approval=True`` (or a predicate of the call, e.g. ``lambda call:
     call.args["amount"] > 500``) asks a human through LangGraph's ``interrupt()`` before
     each new effect, once per key (see :mod:`langchain_idempotent.approval`).
+    ``reconcile=fn`` is asked on every takeover of a call whose outcome is unknown (see
+    :mod:`langchain_idempotent.reconcile`).
     """
     engine = build_engine(
         store, policy=policy, options=options, on_event=on_event, who="idempotent()"

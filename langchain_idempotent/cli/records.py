@@ -32,8 +32,12 @@ _MAX_SHOWN = 4000
 
 
 def ls(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **_: Any) -> int:
-    records = store.list(namespace=args.namespace, thread_id=args.thread, limit=args.limit)
+    uncertain = getattr(args, "uncertain", False)
+    limit = None if uncertain else args.limit
+    records = store.list(namespace=args.namespace, thread_id=args.thread, limit=limit)
     now = store.now_ms()
+    if uncertain:  # the last attempt started and did not finish (lease over or abandoned)
+        records = [rec for rec in records if rec.uncertain(now)][: args.limit]
     if args.json:
         docs = [_summary(rec, now) for rec in records]
         print(json.dumps({"records": docs, "count": len(docs)}, indent=2), file=out)
