@@ -398,6 +398,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         ]
         out += _throughput_table(report["throughput"])
         out.append("")
+    postgres = report.get("postgres")
+    if postgres is not None:
+        out += ["## PostgreSQL (`benchmarks/postgres.py`, run by `--postgres`)", ""]
+        if postgres["status"] == "ok":
+            out += [postgres["markdown"], ""]
+        else:
+            out += [f"The run failed: {postgres['detail']}", ""]
     out += ["## Goals", ""]
     for g in report["goals"]:
         out.append(f"- **{g['status']}** — {g['goal']}: {g['figures']}")

@@ -2,6 +2,10 @@
 
 ``python -m benchmarks``          full run, writes ``benchmarks/results/latest.{md,json}``
 ``python -m benchmarks --quick``  under a minute, writes ``quick.{md,json}`` (CI smoke test)
+``python -m benchmarks --postgres``  also the PostgreSQL rows (:mod:`benchmarks.postgres`,
+                                   on a throwaway cluster or ``--pg-url``), run in a
+                                   subprocess after the Redis cases, so that DBOS's
+                                   process-wide state never meets this process's workers
 
 The exit status is 0 when the run completed, whatever the timings, and 1 when a case that
 could run failed or counted executions wrongly (a first run that did not execute exactly
@@ -15,6 +19,7 @@ import datetime as dt
 import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +55,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="TICKETS",
         help="also time the refund demo (graphs.batch) with this many tickets (default: skip)",
     )
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="also the PostgreSQL rows of benchmarks.postgres (ours vs SELECT 1, DBOS, LangGraph)",
+    )
+    p.add_argument("--pg-url", help="PostgreSQL server for --postgres (default: a throwaway one)")
     p.add_argument("--out", default=RESULTS_DIR, help="directory for the results")
     p.add_argument("--name", help="file stem of the results (default latest; quick: quick)")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
@@ -98,6 +109,51 @@ def _check_counts(report: dict[str, Any]) -> list[str]:
         if t["unexpected_keys"]:
             problems.append(f"throughput {t['impl']}: executions under unexpected keys")
     return problems
+
+
+def _run_postgres(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """``python -m benchmarks.postgres`` in a subprocess; its report and Markdown rows."""
+    from .postgres import markdown
+
+    with tempfile.TemporaryDirectory(prefix="bench-pg-") as out:
+        cmd = [sys.executable, "-m", "benchmarks.postgres", "--out", out, "--name", "postgres"]
+        cmd += ["--seed", str(seed)] + (["--quick"] if args.quick else [])
+        cmd += ["--pg-url", args.pg_url] if args.pg_url else []
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        proc = subprocess.run(
+            cmd, cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path}
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            return {"status": "error", "detail": " / ".join(tail)}
+        with open(os.path.join(out, "postgres.json")) as f:
+            pg = json.load(f)
+    return {"status": "ok", "report": pg, "markdown": markdown(pg)}
+
+
+def _postgres_goals(postgres: dict[str, Any]) -> list[dict[str, Any]]:
+    from .postgres import GOALS
+
+    texts = {
+        "first_vs_select1": f"PostgreSQL: first run ≤ {GOALS['first_vs_select1']}x `SELECT 1`",
+        "replay_vs_select1": f"PostgreSQL: replay ≤ {GOALS['replay_vs_select1']}x `SELECT 1`",
+        "dbos_vs_ours": f"PostgreSQL: ≥ {GOALS['dbos_vs_ours']}x cheaper per protected call "
+        "than a DBOS step",
+    }
+    if postgres["status"] != "ok":
+        return [
+            {"goal": t, "status": "not measured", "figures": "run failed"} for t in texts.values()
+        ]
+    pg = postgres["report"]
+    return [
+        {
+            "goal": text,
+            "status": pg["verdicts"][goal],
+            "figures": f"{pg['ratios'][goal]:.2f}x" if goal in pg["ratios"] else "-",
+        }
+        for goal, text in texts.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             profile_text = profile_ours(server.url, workdir)
 
     progress("servers and workers stopped")
+    postgres = None
+    if args.postgres:
+        progress("postgres rows (benchmarks.postgres, in a subprocess)")
+        postgres = _run_postgres(args, seed)
     demo = None
     if args.demo:
         from .demo import run_demo
@@ -199,10 +259,15 @@ def main(argv: list[str] | None = None) -> int:
         "throughput": throughput,
         "throughput_runs": runs,
         "demo": demo,
+        "postgres": postgres,
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     report["goals"] = rep.evaluate_goals(latency, throughput, labels, demo)
+    if postgres is not None:
+        report["goals"] += _postgres_goals(postgres)
     problems = _check_counts(report)
+    if postgres is not None and postgres["status"] != "ok":
+        problems.append(f"postgres: {postgres['detail']}")
     report["problems"] = problems
     report["notes"] = [
         f"Run took {report['elapsed_s']} s; seed {seed}.",

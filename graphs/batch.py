@@ -17,7 +17,10 @@ a comma-separated list, or ``all`` (the default): the modes run in turn on the s
 tickets and faults, are printed side by side and saved under ``--out`` as JSON and PNG.
 
 Stores: an embedded SQLite file per mode (in a temporary directory, or ``--workdir``);
-``--redis URL`` puts the idempotency records (and the reference's keys) in Redis instead.
+``--store URL`` puts the idempotency records in that store instead: Redis (``redis://…``,
+where the reference's keys go too; ``--redis URL`` is the same flag), PostgreSQL
+(``postgresql://…``) or a SQLite file (``sqlite:///…``). Each mode writes under a key
+prefix (Redis) or a table (PostgreSQL, SQLite) of its own, removed after the mode ends.
 Every run uses fresh thread ids and a fresh namespace, so runs never replay each other.
 """
 
@@ -38,6 +41,7 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .faults import FaultRates, chance
 from .options import BatchOptions
@@ -77,7 +81,14 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
         help="none, reference, idempotent, a comma-separated list of them, or all "
         "(default: the three side by side)",
     )
-    p.add_argument("--redis", metavar="URL", help="keep idempotency records in Redis at URL")
+    p.add_argument(
+        "--store",
+        "--redis",
+        dest="store",
+        metavar="URL",
+        help="keep the idempotency records in this store: redis://…, postgresql://…, "
+        "sqlite:///… (default: a SQLite file per mode in the work directory)",
+    )
     p.add_argument("--workdir", type=Path, help="keep SQLite files here (default: a temp dir)")
     p.add_argument("--out", type=Path, default=d.out, help="report directory (runs/)")
     p.add_argument(
@@ -124,7 +135,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
             workers=a.workers,
             seed=a.seed,
             modes=MODES if a.protection == "all" else tuple(a.protection.split(",")),
-            redis=a.redis,
+            store=a.store,
             workdir=a.workdir,
             out=a.out,
             model=a.model,
@@ -211,7 +222,7 @@ def run_mode(
             max_attempts=opts.max_attempts,
             backoff_base=opts.backoff_base,
             backoff_cap=opts.backoff_cap,
-            redis_url=opts.redis,
+            store_url=opts.store,
             model=opts.model,
             verbose=opts.verbose,
         )
@@ -284,8 +295,8 @@ def run_mode(
         notifications = provider.ledger.notifications()
         pstats = provider.stats()
     parent_cpu = time.process_time() - parent_cpu_started
-    if opts.redis:
-        _delete_redis_keys(opts.redis, cfg.redis_prefix)
+    if opts.store:
+        _remove_run_records(opts.store, cfg)
     counters = shared.totals()
     faults_fired = {
         "llm_502": counters["llm_502"],
@@ -312,6 +323,46 @@ def run_mode(
     )
 
 
+def _remove_run_records(url: str, cfg: WorkerConfig) -> None:
+    """Remove what this mode wrote to the store at ``url``, and only that."""
+    from langchain_idempotent.stores._url import parse_store_url  # imports no store
+
+    kind = parse_store_url(url).kind
+    if kind == "redis":
+        _delete_redis_keys(url, cfg.redis_prefix)
+    elif kind == "postgres":
+        _drop_postgres_table(url, cfg.store_table)
+    elif kind == "sqlite":
+        _drop_sqlite_table(url, cfg.store_table)
+
+
+def _drop_postgres_table(url: str, table: str) -> None:
+    """Drop this mode's table, the store's two functions on it and its schema row."""
+    import psycopg
+
+    from langchain_idempotent.stores.postgres._pools import _parse_url
+
+    conninfo, _ = _parse_url(url)
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"DROP FUNCTION IF EXISTS {table}_claim, {table}_complete")
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        if conn.execute("SELECT to_regclass('langchain_idempotent_schema')").fetchone() != (None,):
+            conn.execute("DELETE FROM langchain_idempotent_schema WHERE table_name = %s", (table,))
+
+
+def _drop_sqlite_table(url: str, table: str) -> None:
+    import sqlite3
+
+    from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+
+    db = sqlite3.connect(SqliteIdempotencyStore.from_url(url).path, timeout=30.0)
+    try:
+        with db:
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+    finally:
+        db.close()
+
+
 def _delete_redis_keys(url: str, prefix: str) -> None:
     """Delete this run's keys (and only them: they all start with ``prefix``)."""
     import redis
@@ -333,7 +384,27 @@ def _delete_redis_keys(url: str, prefix: str) -> None:
 def _store_name(mode: str, opts: BatchOptions) -> str:
     if mode == "none":
         return "-"
-    return f"redis ({opts.redis})" if opts.redis else "sqlite (embedded)"
+    if opts.store is None:
+        return "sqlite (embedded)"
+    from langchain_idempotent.stores._url import parse_store_url  # imports no store
+
+    kind = parse_store_url(opts.store).kind
+    if mode == "reference" and kind != "redis":
+        return "sqlite (embedded)"  # the recipe's GET / SET NX / DEL: Redis or its SQLite twin
+    return f"{kind} ({_without_password(opts.store)})"
+
+
+def _without_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", "@")))
+
+
+def _store_kind(opts: BatchOptions) -> str:
+    from langchain_idempotent.stores._url import parse_store_url  # imports no store
+
+    return "sqlite" if opts.store is None else parse_store_url(opts.store).kind
 
 
 def _noop() -> None:
@@ -389,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_batch(opts, console)
     title = (
         f"Refund batch: {opts.tickets} tickets, {opts.workers} workers, seed {opts.seed}, "
-        f"store {'redis' if opts.redis else 'sqlite'}"
+        f"store {_store_kind(opts)}"
     )
     console.print(render_table(results, title))
     for line in worst_customers(results):

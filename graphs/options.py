@@ -26,8 +26,11 @@ class BatchOptions:
     - ``tickets`` [``-n``], ``workers`` [``-w``], ``seed``: the workload and every fault.
     - ``modes`` [``--protection``]: the protection modes to run, in order (``none``,
       ``reference``, ``idempotent``); default all three.
-    - ``redis``: a Redis URL for the idempotency records and the reference's keys;
-      ``None`` keeps them in SQLite files.
+    - ``store`` [``--store``, alias ``--redis``]: a store URL for the idempotency records
+      (``redis://…`` and the other Redis schemes, ``postgresql://…`` / ``postgres://…``,
+      ``sqlite:///…``); on Redis the reference's keys go there too. Each run writes under
+      its own key prefix (Redis) or table (PostgreSQL, SQLite) and removes them afterwards.
+      ``None`` keeps everything in SQLite files in ``workdir``.
     - ``workdir``: where the SQLite files go (default a temporary directory);
       ``out``: where ``main`` writes the JSON and PNG report.
     - ``model``: ``"fake"`` (the scripted planner) or ``"openai:<name>"``.
@@ -43,7 +46,7 @@ class BatchOptions:
     workers: int = 4
     seed: int = 7
     modes: tuple[str, ...] = MODES
-    redis: str | None = None
+    store: str | None = None
     workdir: Path | None = None
     out: Path = Path("runs")
     model: str = "fake"
@@ -67,6 +70,14 @@ class BatchOptions:
         for name in ("tickets", "workers", "max_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.store is not None:
+            from langchain_idempotent.stores._url import parse_store_url  # imports no store
+
+            if parse_store_url(self.store).kind == "memory":  # ValueError for other schemes
+                raise ValueError(
+                    "store: memory:// lives inside one process and the batch runs several; "
+                    "use redis://, postgresql:// or sqlite:///"
+                )
         if self.model != "fake":
             provider, _, name = self.model.partition(":")
             if provider != "openai" or not name:

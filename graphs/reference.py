@@ -28,7 +28,7 @@ lease as the library gets, so that both recover from a dead worker within the ru
 
 Two backends give the steps the same meaning:
 
-- :class:`RedisKV` — real Redis, the commands above verbatim (``--redis URL``);
+- :class:`RedisKV` — real Redis, the commands above verbatim (``--store redis://…``);
 - :class:`SqliteKV` — one SQLite file shared by the worker processes, for the default run
   without Redis. Mapping: a table ``kv(key PRIMARY KEY, value, expires_at)``; every command
   is one transaction, as every Redis command is atomic; ``GET`` ignores rows whose

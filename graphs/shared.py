@@ -68,7 +68,7 @@ class WorkerConfig:
     max_attempts: int
     backoff_base: float
     backoff_cap: float
-    redis_url: str | None = None
+    store_url: str | None = None
     model: str | None = None
     verbose: bool = False
 
@@ -80,6 +80,12 @@ class WorkerConfig:
         """Every Redis key of this run starts with this (so runs never collide, and the
         parent deletes exactly this run's keys afterwards)."""
         return f"refund-batch:{self.run_id}:{self.mode}:"
+
+    @property
+    def store_table(self) -> str:
+        """The table of this run's records in a PostgreSQL or SQLite store (unique per run
+        and mode; the parent drops it afterwards)."""
+        return f"refund_batch_{self.run_id}_{self.mode}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,9 +34,11 @@ from langgraph.graph import MessagesState
 from langchain_idempotent import (
     BaseIdempotencyStore,
     IdempotencyEvent,
+    PostgresIdempotencyStore,
     RedisIdempotencyStore,
     SqliteIdempotencyStore,
 )
+from langchain_idempotent.stores._url import parse_store_url
 
 from .fake_model import ScriptedRefundModel
 from .faults import chance
@@ -99,14 +101,24 @@ def _make_model(cfg: WorkerConfig, on_fault: Callable[[str], None]) -> BaseChatM
 
 
 def _make_store(cfg: WorkerConfig) -> BaseIdempotencyStore:
-    if cfg.redis_url:
-        return RedisIdempotencyStore.from_url(cfg.redis_url, prefix=cfg.redis_prefix)
-    return SqliteIdempotencyStore(Path(cfg.workdir) / "idempotency.sqlite")
+    """The records' store: ``cfg.store_url`` under this run's prefix or table, or a
+    SQLite file in the mode's work directory."""
+    if cfg.store_url is None:
+        return SqliteIdempotencyStore(Path(cfg.workdir) / "idempotency.sqlite")
+    kind = parse_store_url(cfg.store_url).kind
+    if kind == "redis":
+        return RedisIdempotencyStore.from_url(cfg.store_url, prefix=cfg.redis_prefix)
+    if kind == "postgres":
+        return PostgresIdempotencyStore.from_url(cfg.store_url, table=cfg.store_table)
+    if kind == "sqlite":
+        return SqliteIdempotencyStore.from_url(cfg.store_url, table=cfg.store_table)
+    raise ValueError(f"the batch cannot keep its records in a {kind} store: {cfg.store_url!r}")
 
 
 def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
-    if cfg.redis_url:
-        return RedisKV.from_url(cfg.redis_url, prefix=cfg.redis_prefix)
+    """The reference recipe's keys: in Redis when the store is Redis, else a SQLite file."""
+    if cfg.store_url is not None and parse_store_url(cfg.store_url).kind == "redis":
+        return RedisKV.from_url(cfg.store_url, prefix=cfg.redis_prefix)
     return SqliteKV(Path(cfg.workdir) / "reference.sqlite")
 
 

@@ -3,11 +3,14 @@
 Timings are never asserted here (they belong to ``python -m benchmarks``); what is checked
 is that the run completes, writes its Markdown and JSON, and that the execution counts it
 reports are the ones idempotency promises: a first run executes once per call, a replay
-never, and our engine never executes a key twice under threads or processes.
+never, and our engine never executes a key twice under threads or processes. Where
+PostgreSQL is available the run includes ``--postgres`` (its rows come from
+``benchmarks/postgres.py``, run by the runner in a subprocess, DBOS included).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 
 import langchain_idempotent
+from tests.support.postgres_server import postgres_unavailable_reason
 
 pytestmark = [
     pytest.mark.redis,
@@ -26,17 +30,23 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
+POSTGRES = bool(os.environ.get("IDEMPOTENCY_TEST_PG_URL")) or postgres_unavailable_reason() is None
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str]:
     out = tmp_path_factory.mktemp("bench")
+    command = [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--seed", "1"]
+    if POSTGRES:
+        command.append("--postgres")
+        if os.environ.get("IDEMPOTENCY_TEST_PG_URL"):
+            command += ["--pg-url", os.environ["IDEMPOTENCY_TEST_PG_URL"]]
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--seed", "1"],
+        command,
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=480,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     if proc.returncode != 0:
@@ -126,3 +136,23 @@ def test_the_reference_approach_is_counted_honestly(
         assert t["executions"] == t["key_count"] + t["duplicate_executions"]
         if t["keys"] == "distinct":
             assert t["duplicate_executions"] == 0 and t["errors"] == {}
+
+
+@pytest.mark.skipif(not POSTGRES, reason="needs PostgreSQL (initdb) or IDEMPOTENCY_TEST_PG_URL")
+def test_the_postgres_rows_are_measured_and_judged_in_the_same_report(
+    quick_run: tuple[int, dict[str, Any], str],
+) -> None:
+    code, report, markdown = quick_run
+    assert code == 0, report["problems"]
+    postgres = report["postgres"]
+    assert postgres["status"] == "ok", postgres
+    medians = postgres["report"]["medians_us"]
+    assert {"select1", "ours_replay", "ours_first", "ours_txn_first"} <= set(medians)
+    assert all(m > 0 for m in medians.values())
+    if importlib.util.find_spec("dbos") is not None:
+        assert {"dbos_first", "dbos_replay"} <= set(medians)
+    assert "## PostgreSQL" in markdown
+    assert "one `SELECT 1` on the same pool" in markdown
+    goals = [g for g in report["goals"] if g["goal"].startswith("PostgreSQL:")]
+    assert len(goals) == 3
+    assert {g["status"] for g in goals} <= {"met", "not met", "not measured"}

@@ -1,4 +1,4 @@
-"""The operator CLI, end to end against a throwaway Redis and a SQLite file.
+"""The operator CLI, end to end against a throwaway Redis, PostgreSQL and a SQLite file.
 
 Each test seeds records through the library (``Engine``, or a raw ``claim`` by a "crashed"
 owner), runs ``main([...])`` in-process and checks its output, its exit status and the
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 from langchain_core.messages import ToolMessage
@@ -36,6 +37,8 @@ from langchain_idempotent.stores.base import BaseIdempotencyStore
 from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
+from tests.support.postgres_server import PostgresServer
 from tests.support.redis_servers import (
     RedisCluster,
     RedisServer,
@@ -44,8 +47,10 @@ from tests.support.redis_servers import (
 )
 
 needs_redis = pytest.mark.skipif(not redis_server_available(), reason="redis-server not on PATH")
-BACKENDS = [pytest.param("redis", marks=[needs_redis, pytest.mark.redis]), "sqlite"]
+BACKENDS = [pytest.param("redis", marks=[needs_redis, pytest.mark.redis]), "sqlite", "postgres"]
 ENV = ("IDEMPOTENCY_STORE_URL", "IDEMPOTENCY_REDIS_URL", "REDIS_URL", "IDEMPOTENCY_SQLITE_PATH")
+
+__all__ = ["pg_server", "pg_table", "pg_url"]  # fixtures used by this module
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +71,10 @@ class Backend:
             client = redis.Redis.from_url(self.url)
             client.hset(f"{self.prefix}{{{key}}}", "version", "99")
             client.close()
+        elif self.url.startswith("postgres"):
+            table = self.url.rpartition("table=")[2]
+            with psycopg.connect(self.url.partition("?")[0], autocommit=True) as conn:
+                conn.execute(f"UPDATE {table} SET version = 99 WHERE key = %s", (key,))
         else:
             db = sqlite3.connect(self.url.removeprefix("sqlite:///"))
             with db:
@@ -120,6 +129,10 @@ def backend(
         monkeypatch.setenv("IDEMPOTENCY_REDIS_PREFIX", prefix)
         url = server.url
         store = store_from_url(url, redis_prefix=prefix)
+    elif request.param == "postgres":
+        prefix = ""  # each test has its own table
+        url = f"{request.getfixturevalue('pg_url')}?table={request.getfixturevalue('pg_table')}"
+        store = store_from_url(url)
     else:
         prefix = ""
         url = f"sqlite:///{tmp_path / 'idem.db'}"
@@ -634,6 +647,54 @@ def test_doctor_reports_a_sqlite_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not missing.exists()
 
 
+def test_doctor_reports_postgres_durability_settings_table_and_expired_rows(
+    pg_server: PostgresServer | None, pg_url: str, pg_table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if pg_server is None:
+        pytest.skip("needs the throwaway cluster (fsync and synchronous_commit off)")
+    url = f"{pg_url}?table={pg_table}"
+    code, out, _ = run(capsys, "doctor", "--url", url, "--pings", "3")
+    assert code == 0
+    facts = dict(line.split(":", 1) for line in out.split("\n\n")[0].splitlines())
+    assert facts["server version"].strip().split(".")[0].isdigit()
+    assert facts["fsync"].strip() == "off" and facts["synchronous commit"].strip() == "off"
+    assert "[RISK] durability: fsync off" in out
+    assert "[RISK] commit: synchronous_commit off" in out
+    assert f"[NOTE] table: no table '{pg_table}' yet" in out
+    assert "2 risk(s) to records" in out
+
+    store = store_from_url(url)
+    backend = Backend(url, store)
+    backend.completed("a", 1, thread="t1")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # a pile of expired rows
+        conn.execute(
+            f"INSERT INTO {pg_table} (key, state, owner, fence, lease_until, fingerprint, "
+            "attempt, created_at, updated_at, version, meta, expires_at) SELECT 'old-' || i, "
+            "'completed', 'w', 1, 0, 'fp', 1, 0, 0, 1, '{}', 1 FROM generate_series(1, 1200) i"
+        )
+    store.close()
+    code, out, _ = run(capsys, "doctor", "--url", url, "--json", "--strict")
+    assert code == 3
+    doc = json.loads(out)
+    assert doc["facts"]["table"] == pg_table and doc["facts"]["records"] == 1201
+    assert doc["facts"]["expired_records"] == 1200 and doc["facts"]["schema_version"] == 2
+    assert doc["facts"]["latency_ms"]["pings"] == 10
+    notes = {f["topic"]: f["message"] for f in doc["findings"] if f["level"] == "note"}
+    assert notes["retention"].startswith(f"1200 of the 1201 rows of '{pg_table}' expired")
+    assert {f["topic"] for f in doc["findings"] if f["level"] == "risk"} == {
+        "durability",
+        "commit",
+    }
+
+    # The settings are the ones the store's own sessions commit with.
+    code, out, _ = run(
+        capsys, "doctor", "--url", url + "&options=-c%20synchronous_commit%3Don", "--json"
+    )
+    doc = json.loads(out)
+    assert doc["facts"]["synchronous_commit"] == "on"
+    assert {f["topic"]: f["level"] for f in doc["findings"]}["commit"] == "ok"
+
+
 def test_doctor_says_the_memory_store_is_per_process(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "doctor", "--url", "memory://", "--strict")
     assert code == 3
@@ -671,6 +732,8 @@ def test_the_console_entry_runs_as_a_separate_process(tmp_path: Path) -> None:
         ("redis+cluster://127.0.0.1:7000", "redis"),
         ("REDISS+CLUSTER://127.0.0.1:7000", "redis"),
         ("sqlite:///idem.db", "sqlite"),
+        ("postgresql://user@127.0.0.1:5432/db", "postgres"),
+        ("postgres://user@127.0.0.1:5432/db?table=idem", "postgres"),
         ("memory://", "memory"),
     ],
 )
@@ -725,6 +788,16 @@ def test_every_command_works_on_a_sqlite_url(
     url = f"sqlite:///{tmp_path / 'idem.db'}"
     store = store_from_url(url)
     run_every_command(capsys, url, store)
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_every_command_works_on_a_postgresql_url(
+    pg_url: str, pg_table: str, scheme: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{scheme}://{pg_url.partition('://')[2]}?table={pg_table}"
+    store = store_from_url(url)
+    run_every_command(capsys, url, store)
+    store.close()
 
 
 @needs_redis

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from graphs.batch import main
+from graphs.batch import BatchOptions, main
 from graphs.fake_model import ScriptedRefundModel, UpstreamGatewayError
 from graphs.faults import chance
 from graphs.provider import Invoice, PaymentProvider, ProviderFaults
@@ -30,8 +31,11 @@ from graphs.reference import (
     reference_key,
 )
 from graphs.refund_agent import build_refund_agent
+from tests.support.postgres_fixtures import pg_server, pg_url
 
 ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["pg_server", "pg_url"]  # fixtures used by this module
+
 REFUND = {"invoice_id": "INV-1", "amount_cents": 14000, "reason": "Support ticket T-1"}
 
 
@@ -378,3 +382,35 @@ def test_idempotent_on_redis_pays_every_refund_exactly_once(
     assert ledger["refunds_executed"] == 60
     assert ledger["duplicate_refunds"] == 0
     assert ledger["over_credited_cents"] == 0
+
+
+def test_idempotent_on_postgres_pays_every_refund_exactly_once_and_leaves_no_table(
+    pg_url: str, tmp_path: Path
+) -> None:
+    result = _run(
+        tmp_path, "--protection", "idempotent", "--tickets", "30", "--workers", "2",
+        "--store", pg_url,
+    )["idempotent"]  # fmt: skip
+    ledger = result["ledger"]
+    assert result["store"] == f"postgres ({pg_url})"
+    assert result["faults"]["worker_kill"] > 0 and result["counters"]["takeovers"] > 0
+    assert result["tickets_given_up"] == 0
+    assert ledger["refunds_executed"] == ledger["refunds_expected"] == 30
+    assert ledger["duplicate_refunds"] == 0
+    assert ledger["over_credited_cents"] == 0
+    assert ledger["duplicate_notifications"] == 0
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the run's table is gone
+        left = conn.execute(
+            "SELECT count(*) FROM pg_class WHERE relname LIKE 'refund\\_batch\\_%'"
+        ).fetchone()
+        functions = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname LIKE 'refund\\_batch\\_%'"
+        ).fetchone()
+    assert left == functions == (0,)
+
+
+def test_a_memory_store_is_refused_for_a_batch_of_processes() -> None:
+    with pytest.raises(ValueError, match="memory:// lives inside one process"):
+        BatchOptions(store="memory://")
+    with pytest.raises(ValueError, match="unsupported store URL"):
+        BatchOptions(store="mysql://db/x")

@@ -24,7 +24,7 @@ FACES = {
     langchain_idempotent.stores: ("_STORES", PACKAGE / "stores" / "__init__.py"),
 }
 # The Postgres store arrives with its own branch; until its module exists it cannot resolve.
-HAS_POSTGRES_MODULE = (PACKAGE / "stores" / "postgres.py").exists()
+HAS_POSTGRES_MODULE = (PACKAGE / "stores" / "postgres" / "__init__.py").exists()
 
 
 def _resolvable(names: list[str]) -> list[str]:
@@ -224,7 +224,7 @@ except ImportError as exc:
             "PostgresIdempotencyStore",
             ["psycopg", "psycopg_pool"],
             "postgres",
-            marks=pytest.mark.skipif(not HAS_POSTGRES_MODULE, reason="stores/postgres.py"),
+            marks=pytest.mark.skipif(not HAS_POSTGRES_MODULE, reason="stores/postgres/"),
         ),
     ],
 )

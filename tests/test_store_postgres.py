@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import pickle
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,8 +19,10 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import Claim, ClaimOutcome, Completion
-from langchain_idempotent.stores import postgres as pg_module
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
+from langchain_idempotent.stores.postgres import _listen as pg_listen
+from langchain_idempotent.stores.postgres import _sql as pg_sql
+from langchain_idempotent.stores.postgres import _store as pg_store
 from langchain_idempotent.testing import StoreContractTests
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 from tests.support.redis_servers import free_port
@@ -77,7 +81,7 @@ def test_setup_is_idempotent_and_records_the_schema_version(
     rows = sql(
         pg_url, "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s", pg_table
     )
-    assert rows == [(pg_module.SCHEMA_VERSION,)]
+    assert rows == [(pg_sql.SCHEMA_VERSION,)]
     assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
 
 
@@ -101,7 +105,7 @@ def test_setup_migrates_a_table_left_at_an_older_schema_version(
             "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
             pg_table,
         )
-        assert rows == [(pg_module.SCHEMA_VERSION,)]
+        assert rows == [(pg_sql.SCHEMA_VERSION,)]
     finally:
         fresh.close()
 
@@ -185,12 +189,12 @@ def test_expired_rows_are_purged_by_later_claims_a_bounded_batch_at_a_time(
     assert rows() == 300
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)  # its own counter
     try:
-        for i in range(pg_module._SWEEP_EVERY):
+        for i in range(pg_store._SWEEP_EVERY):
             claim(fresh, f"new-{i}", "a")
-        assert rows() == 300 - pg_module._SWEEP_LIMIT + pg_module._SWEEP_EVERY
-        for i in range(pg_module._SWEEP_EVERY):
+        assert rows() == 300 - pg_store._SWEEP_LIMIT + pg_store._SWEEP_EVERY
+        for i in range(pg_store._SWEEP_EVERY):
             claim(fresh, f"newer-{i}", "a")
-        assert rows() == 2 * pg_module._SWEEP_EVERY
+        assert rows() == 2 * pg_store._SWEEP_EVERY
     finally:
         fresh.close()
 
@@ -201,7 +205,7 @@ def test_the_purge_and_list_statements_use_the_indexes(
     for i in range(2000):
         claim(store, f"k{i}", "a", meta={"namespace": f"n{i % 2}", "thread_id": f"t{i}"})
     sql(pg_url, f"ANALYZE {pg_table}")
-    q = pg_module._Queries(pg_table)
+    q = pg_sql._Queries(pg_table)
     for query, params in (
         q.listing(None, "t7", None),
         q.listing("n1", "t7", 3),
@@ -214,6 +218,33 @@ def test_the_purge_and_list_statements_use_the_indexes(
         assert "Index" in plan, (query, plan)
 
 
+def test_every_function_documents_its_parameters_and_what_it_returns() -> None:
+    source = "\n".join(pg_sql._MIGRATIONS)
+    functions = re.findall(
+        r"((?:^--[^\n]*\n)+)CREATE OR REPLACE FUNCTION \{t\}_(\w+)\((.*?)\)\s*LANGUAGE",
+        source,
+        flags=re.MULTILINE | re.DOTALL,
+    )
+    assert {name for _, name, _ in functions} == {"claim", "complete"}
+    for header, name, signature in functions:
+        params = re.findall(r"\b(p_\w+)\s+\w+", signature)
+        outs = re.findall(r"\bOUT\s+(\w+)", signature)
+        assert params and outs, name
+        documented = re.findall(r"^--\s+(p_\w+)|\s{2,}(p_\w+)\s", header, flags=re.MULTILINE)
+        assert {a or b for a, b in documented} == set(params), name
+        returns = header[header.index("-- Returns") :]
+        assert all(re.search(rf"\b{out}\b", returns) for out in outs), (name, outs)
+    # The statements sent as plain SQL are each headed by a comment naming their result.
+    lines = inspect.getsource(pg_sql._Queries).splitlines()
+    for name in ("renew", "release", "get", "now", "delete", "probe_tables", "table_facts"):
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"self.{name} ="))
+        comment = []
+        while lines[at - 1].strip().startswith("#"):
+            at -= 1
+            comment.append(lines[at])
+        assert "Returns" in "".join(comment), name
+
+
 # -- time --------------------------------------------------------------------------------------
 
 
@@ -221,23 +252,23 @@ def test_the_store_reads_the_servers_clock_never_the_hosts(
     store: PostgresIdempotencyStore, monkeypatch: pytest.MonkeyPatch, pg_url: str
 ) -> None:
     store.setup()
-    server_before = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    server_before = int(sql(pg_url, f"SELECT {pg_sql._NOW}")[0][0])
     host = time.time
     monkeypatch.setattr(time, "time", lambda: host() + 86_400.0)  # the host is a day ahead
     c = claim(store, "k", "a", lease_ms=5_000)
     rec = store.get("k")
     now = store.now_ms()
     monkeypatch.undo()
-    server_after = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    server_after = int(sql(pg_url, f"SELECT {pg_sql._NOW}")[0][0])
     assert rec is not None and c.outcome is ClaimOutcome.ACQUIRED
     assert server_before <= rec.created_at <= now <= server_after
     assert rec.lease_until == rec.created_at + 5_000
 
 
 async def test_anow_ms_is_the_servers_clock(store: PostgresIdempotencyStore, pg_url: str) -> None:
-    before = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    before = int(sql(pg_url, f"SELECT {pg_sql._NOW}")[0][0])
     now = await store.anow_ms()
-    after = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    after = int(sql(pg_url, f"SELECT {pg_sql._NOW}")[0][0])
     assert before <= now <= after
     await store.aclose()
 
@@ -249,7 +280,7 @@ async def test_anow_ms_is_the_servers_clock(store: PostgresIdempotencyStore, pg_
 def test_a_change_by_another_store_object_wakes_a_waiter_through_notify(
     pg_url: str, pg_table: str, monkeypatch: pytest.MonkeyPatch, action: str
 ) -> None:
-    monkeypatch.setattr(pg_module, "_FIRST_POLL", 30.0)
+    monkeypatch.setattr(pg_listen, "_FIRST_POLL", 30.0)
     waiter = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, poll_interval=30.0)
     writer = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
@@ -274,7 +305,7 @@ def test_a_change_by_another_store_object_wakes_a_waiter_through_notify(
 async def test_an_async_waiter_is_woken_through_notify(
     pg_url: str, pg_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg_module, "_FIRST_POLL", 30.0)
+    monkeypatch.setattr(pg_listen, "_FIRST_POLL", 30.0)
     waiter = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, poll_interval=30.0)
     writer = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     c = await writer.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
@@ -402,9 +433,12 @@ def test_describe_gives_the_facts_without_the_password(pg_url: str, pg_table: st
         claim(s, "k", "a")
         facts = s.describe()
         assert facts["table"] == pg_table and facts["has_table"] is True
-        assert facts["schema_version"] == pg_module.SCHEMA_VERSION
+        assert facts["schema_version"] == pg_sql.SCHEMA_VERSION
         assert facts["records"] == 1
         assert facts["server_version"].startswith(("1", "2"))
+        assert facts["server_version"] == sql(pg_url, "SHOW server_version")[0][0]
+        assert facts["fsync"] == sql(pg_url, "SHOW fsync")[0][0]
+        assert facts["synchronous_commit"] == sql(pg_url, "SHOW synchronous_commit")[0][0]
         assert "s3cret" not in json.dumps(facts) and "s3cret" not in repr(s)
     finally:
         s.close()

@@ -11,14 +11,16 @@
 
 Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…``,
 ``rediss://…``, ``unix://…``, ``redis+cluster://…``, ``rediss+cluster://…``,
-``sqlite:///relative.db``, ``sqlite:////absolute.db``, ``memory://``), parsed by the same
+``sqlite:///relative.db``, ``sqlite:////absolute.db``, ``postgresql://…?table=…``,
+``postgres://…``, ``memory://``), parsed by the same
 :func:`~langchain_idempotent.stores._url.parse_store_url`; without it the URL comes from
 ``IDEMPOTENCY_STORE_URL``, ``IDEMPOTENCY_REDIS_URL``, ``REDIS_URL`` or
 ``IDEMPOTENCY_SQLITE_PATH``, in that order (``IDEMPOTENCY_REDIS_PREFIX`` sets the key
 prefix, as for the library). Every command works through the store's own API, so
 Sentinel, Cluster, TLS and the key prefix apply as they do for the application.
 
-- Times are read on the store's clock (``store.now_ms()``: Redis ``TIME``), like leases.
+- Times are read on the store's clock (``store.now_ms()``: Redis ``TIME``, PostgreSQL
+  ``clock_timestamp()``), like leases.
   A running record whose lease has passed without a result is shown as ``running
   (expired)``: its outcome is unknown (the tool may or may not have done its effect).
 - Payloads are decoded with the library's strict serializer (no pickle, an allow-list of

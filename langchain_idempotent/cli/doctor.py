@@ -23,6 +23,19 @@ Redis (every server the store writes to: the master, or every Cluster primary)
 - latency: the median of ``pings`` reads of the server clock (``TIME``), each one round
   trip; a first run costs two, a replay one.
 
+PostgreSQL (the server the store's pool connects to, and the store's table)
+
+- ``fsync`` off: the server does not force writes to disk; a crash of its host (power
+  loss, OS crash) can lose committed records, or corrupt the cluster.
+- ``synchronous_commit`` off: a commit returns before its WAL is flushed; a server crash
+  can lose the most recent committed records (up to three times ``wal_writer_delay``).
+- the table: absent (a note: it is created by the first operation, or by ``setup()``
+  when ``auto_setup`` is off), at an older schema version (a note: migrated on first use),
+  or at a newer one (a risk: this version refuses it).
+- expired rows piling up: at least 1,000 expired rows, as many as live ones (a note:
+  they are absent to every operation, but only claims purge them, 256 at a time).
+- latency: as for Redis (``SELECT`` of the server clock, one round trip).
+
 SQLite: the file (its path, size, journal mode, the store's ``synchronous`` setting, the
 number of live records); a non-WAL journal, ``synchronous=NORMAL`` (the last commits
 before a power loss can roll back) and a directory the process cannot write to are
@@ -82,6 +95,8 @@ def diagnose(store: BaseIdempotencyStore, *, pings: int = 10) -> Report:
     kind = str(facts["kind"])
     if kind == "redis":
         return _diagnose_redis(facts, _latency(store, pings))
+    if kind == "postgres":
+        return _diagnose_postgres(facts, _latency(store, pings))
     if kind == "sqlite":
         return _diagnose_sqlite(facts)
     if kind == "memory":
@@ -134,6 +149,11 @@ def _diagnose_redis(described: Mapping[str, Any], latency: dict[str, Any]) -> Re
         _replication(report, server, facts, where, topology, int(described["replicas"]))
     if several:
         report.facts["latency_ms"] = latency
+    _round_trip(report, latency)
+    return report
+
+
+def _round_trip(report: Report, latency: Mapping[str, Any]) -> None:
     median = latency["median"]
     if median > 5:
         report.add(
@@ -143,7 +163,6 @@ def _diagnose_redis(described: Mapping[str, Any], latency: dict[str, Any]) -> Re
         )
     else:
         report.add("ok", "latency", f"median round trip {median:.2f} ms")
-    return report
 
 
 def _server_facts(server: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,6 +283,83 @@ def _replication(
             "replication",
             f"{where}{replicas} replica(s); replication is asynchronous (min-replicas-to-write "
             f"{acked}), so a failover can drop the most recent records; {advice}",
+        )
+
+
+# -- PostgreSQL --------------------------------------------------------------------------
+
+#: Expired rows are reported as piling up from this many on (and as many as live ones).
+EXPIRED_PILE = 1000
+
+
+def _diagnose_postgres(described: Mapping[str, Any], latency: dict[str, Any]) -> Report:
+    names = ("server_version", "host", "port", "database", "user", "fsync", "synchronous_commit")
+    report = Report("postgres", {name: described[name] for name in names})
+    report.facts["latency_ms"] = latency
+    if described["fsync"] == "off":
+        report.add(
+            "risk",
+            "durability",
+            "fsync off: the server does not force its writes to disk; a crash of its host "
+            "(power loss, OS crash) can lose committed records, or corrupt the cluster. Turn "
+            "fsync on",
+        )
+    else:
+        report.add("ok", "durability", "fsync on: committed writes are forced to disk")
+    commit = described["synchronous_commit"]
+    if commit == "off":
+        report.add(
+            "risk",
+            "commit",
+            "synchronous_commit off: a commit returns before its WAL reaches the disk; a "
+            "server crash can lose the most recent committed records (up to three times "
+            "wal_writer_delay), and the tool run again. Use on",
+        )
+    else:
+        report.add("ok", "commit", f"synchronous_commit {commit}: a commit is flushed first")
+    _postgres_table(report, described)
+    _round_trip(report, latency)
+    return report
+
+
+def _postgres_table(report: Report, described: Mapping[str, Any]) -> None:
+    table = described["table"]
+    report.facts["table"] = table
+    if not described["has_table"]:
+        report.add(
+            "note",
+            "table",
+            f"no table {table!r} yet: the store's first operation creates it (or setup(), "
+            "when auto_setup is off); if records should be there, check the table name",
+        )
+        return
+    for name in ("schema_version", "records", "expired_records", "size_bytes"):
+        report.facts[name] = described[name]
+    version, expected = described["schema_version"], described["expected_schema_version"]
+    if version is not None and version > expected:
+        report.add(
+            "risk",
+            "schema",
+            f"{table!r} is at schema version {version}, written by a newer "
+            f"langchain-idempotent (this one knows {expected}) and refuses it: upgrade",
+        )
+    elif version != expected:
+        report.add(
+            "note",
+            "schema",
+            f"{table!r} is at schema version {version}; the store's first operation "
+            f"migrates it to {expected} (or setup(), when auto_setup is off)",
+        )
+    expired, records = int(described["expired_records"]), int(described["records"])
+    if expired >= EXPIRED_PILE and expired >= records - expired:
+        report.add(
+            "note",
+            "retention",
+            f"{expired} of the {records} rows of {table!r} expired and are not purged yet: "
+            "they are absent to every operation but take space; claims purge them, 256 "
+            "every 64th claim of a store object; DELETE FROM "
+            f"{table} WHERE expires_at < (extract(epoch FROM clock_timestamp()) * 1000) "
+            "removes them all",
         )
 
 

@@ -1,0 +1,272 @@
+"""The Postgres store's connections: its pools, and the one boundary its errors cross.
+
+- **Pools.** :class:`_Pools` holds the pools a store was given, as they are (never
+  closed by the store), or builds and owns them from a conninfo: one
+  ``psycopg_pool.ConnectionPool`` opened on first sync use and one ``AsyncConnectionPool``
+  per event loop on first async use, both autocommit, closed by ``close()`` / ``aclose()``
+  and reopened on next use. After ``fork()`` the store calls :meth:`_Pools.forget`: the
+  child builds its own and never touches the parent's sockets.
+- **Errors.** :func:`run_sync` / :func:`run_async` run one operation's callback on a
+  cursor of a pooled connection. Every psycopg / pool error becomes
+  :class:`~langchain_idempotent.errors.StoreUnavailableError` with the key, chained with
+  ``raise ... from``, there and only there. An operation that failed because its
+  *connection* broke (a terminated backend, a restarted server) runs once more on another
+  connection after the pool has dropped its broken idle ones: every operation is
+  idempotent for the same owner, so a repeat is safe.
+- **One pool for both.** With only a sync pool, :func:`sync_twin` drives an async
+  operation's callback on a sync cursor (in a worker thread, see ``_store._async``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
+
+from ...errors import CorruptRecordError, StoreUnavailableError
+
+_T = TypeVar("_T")
+#: Errors that mean the connection itself broke (worth one more try on another).
+_BROKEN = (psycopg.OperationalError, psycopg.InterfaceError)
+#: Every error the boundary turns into StoreUnavailableError.
+_ERRORS = (psycopg.Error, PoolTimeout, PoolClosed)
+
+
+class _Pools:
+    """The pools of one store object in one process: given ones, or owned ones."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any] | None,
+        async_pool: AsyncConnectionPool[Any] | None,
+        *,
+        conninfo: str | None,
+        options: Mapping[str, Any],
+        table: str,
+    ) -> None:
+        self.user = pool
+        self.user_async = async_pool
+        self.conninfo = conninfo
+        self.options = dict(options)
+        self._table = table
+        self._lock = threading.Lock()
+        self._own: ConnectionPool[Any] | None = None
+        self._own_async: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncConnectionPool[Any]
+        ] = weakref.WeakKeyDictionary()
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's owned pools without closing them."""
+        self._own = None
+        self._own_async = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def sync(self, key: str | None) -> ConnectionPool[Any]:
+        if self.user is not None:
+            return self.user
+        if self.conninfo is None:
+            raise TypeError(
+                "this PostgresIdempotencyStore was given only an AsyncConnectionPool; sync "
+                "operations need a ConnectionPool too (pass pool=..., or use from_url)"
+            )
+        with self._lock:
+            if self._own is None:
+                self._own = ConnectionPool(
+                    self.conninfo,
+                    kwargs={"autocommit": True},
+                    open=False,
+                    name=f"idempotency-{self._table}",
+                    **self.options,
+                )
+                try:
+                    self._own.open(wait=False)
+                except _ERRORS as exc:
+                    self._own = None
+                    raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+            return self._own
+
+    async def async_(self, key: str | None) -> AsyncConnectionPool[Any] | None:
+        """This loop's async pool; ``None`` when only a sync pool was given."""
+        if self.user_async is not None:
+            return self.user_async
+        if self.conninfo is None:
+            return None
+        loop = asyncio.get_running_loop()
+        apool = self._own_async.get(loop)
+        if apool is None:
+            apool = AsyncConnectionPool(
+                self.conninfo,
+                kwargs={"autocommit": True},
+                open=False,
+                name=f"idempotency-{self._table}-async",
+                **self.options,
+            )
+            try:
+                await apool.open(wait=False)
+            except _ERRORS as exc:
+                raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+            self._own_async[loop] = apool
+        return apool
+
+    def listen_conninfo(self) -> tuple[str, dict[str, Any]]:
+        """Where a ``LISTEN`` connection connects to: the URL, or the given pool's server."""
+        if self.conninfo is not None:
+            return self.conninfo, {}
+        assert self.user is not None
+        with self.user.connection() as conn:
+            return conn.info.dsn, {"password": conn.info.password}
+
+    @property
+    def can_listen(self) -> bool:
+        return self.conninfo is not None or self.user is not None
+
+    def close(self, *, same_process: bool) -> None:
+        """Close the owned sync pool (not in a forked child: the parent's sockets)."""
+        with self._lock:
+            pool, self._own = self._own, None
+        if pool is not None and same_process:
+            pool.close()
+
+    async def aclose_loop(self) -> None:
+        """Close the running loop's owned async pool, if any."""
+        with contextlib.suppress(RuntimeError):
+            loop = asyncio.get_running_loop()
+            apool = self._own_async.pop(loop, None)
+            if apool is not None:
+                await apool.close()
+
+
+def run_sync(
+    pool: ConnectionPool[Any], key: str | None, run: Callable[[psycopg.Cursor[Any]], _T]
+) -> _T:
+    """Run one operation on a pooled connection: the sync error boundary."""
+    for attempt in (1, 2):
+        broken = False
+        try:
+            with pool.connection() as conn:
+                try:
+                    with conn.cursor(row_factory=tuple_row) as cur:
+                        result = run(cur)
+                    if not conn.autocommit:
+                        conn.commit()
+                    return result
+                except _BROKEN:
+                    broken = conn.broken or conn.closed
+                    raise
+        except CorruptRecordError:
+            raise
+        except _ERRORS as exc:
+            if broken and attempt == 1:
+                with contextlib.suppress(*_ERRORS):
+                    pool.check()  # drop the idle connections the same fault broke
+                continue
+            raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+    raise AssertionError("unreachable")
+
+
+async def run_async(
+    pool: AsyncConnectionPool[Any],
+    key: str | None,
+    run: Callable[[psycopg.AsyncCursor[Any]], Awaitable[_T]],
+) -> _T:
+    """The async twin of :func:`run_sync`."""
+    for attempt in (1, 2):
+        broken = False
+        try:
+            async with pool.connection() as conn:
+                try:
+                    async with conn.cursor(row_factory=tuple_row) as cur:
+                        result = await run(cur)
+                    if not conn.autocommit:
+                        await conn.commit()
+                    return result
+                except _BROKEN:
+                    broken = conn.broken or conn.closed
+                    raise
+        except CorruptRecordError:
+            raise
+        except _ERRORS as exc:
+            if broken and attempt == 1:
+                with contextlib.suppress(*_ERRORS):
+                    await pool.check()
+                continue
+            raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+    raise AssertionError("unreachable")
+
+
+def sync_twin(
+    run: Callable[[psycopg.AsyncCursor[Any]], Awaitable[_T]],
+) -> Callable[[psycopg.Cursor[Any]], _T]:
+    """An async operation's callback, driven on a sync cursor (only a sync pool given).
+
+    The callbacks only await the cursor, which completes at once here, so one
+    ``send(None)`` runs each to its end.
+    """
+
+    def sync_run(cur: psycopg.Cursor[Any]) -> _T:
+        coro = run(_SyncCursor(cur))  # type: ignore[arg-type]
+        try:
+            coro.send(None)  # type: ignore[attr-defined]
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        raise RuntimeError("an async store callback awaited something besides its cursor")
+
+    return sync_run
+
+
+class _SyncCursor:
+    """A sync cursor behind the async cursor methods the store's callbacks await."""
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+        self.connection = cur.connection
+
+    async def execute(self, query: Any, params: Any = None) -> None:
+        self._cur.execute(query, params)
+
+    async def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    async def fetchall(self) -> Any:
+        return self._cur.fetchall()
+
+
+def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
+    """``postgresql://`` / ``postgres://`` URL -> (libpq conninfo, store options).
+
+    Query parameters go to libpq, except ``table`` and ``poll_interval``, which are the
+    store's options of the same name.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"not a postgresql:// URL: {url!r}")
+    options: dict[str, Any] = {}
+    libpq: list[str] = []
+    for item in filter(None, parts.query.split("&")):
+        name, _, value = item.partition("=")
+        if name == "table":
+            options["table"] = value
+        elif name == "poll_interval":
+            options["poll_interval"] = float(value)
+        else:
+            libpq.append(item)
+    return urlunsplit(parts._replace(scheme="postgresql", query="&".join(libpq))), options
+
+
+def _redact(conninfo: str | None) -> str | None:
+    """``conninfo`` without its password (for repr, describe and logs)."""
+    if conninfo is None:
+        return None
+    parts = urlsplit(conninfo)
+    if parts.password is None:
+        return conninfo
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -1,0 +1,629 @@
+"""``PostgresIdempotencyStore``: many hosts, one PostgreSQL — and exactly-once for its writes.
+
+Spec:
+
+- **Record.** One row per key in ``table`` (default ``idempotency_records``): one column per
+  :class:`~langchain_idempotent.record.Record` field (``payload`` ``bytea``, ``meta``
+  ``jsonb``, times ``bigint`` milliseconds), plus ``namespace`` and ``thread_id`` copied out
+  of ``meta`` and indexed (``list`` / ``purge`` are index lookups), and ``expires_at``.
+  ``state`` is constrained to the four states.
+- **Protocol.** Each operation is **one round trip**: claim and complete are one call of a
+  server-side PL/pgSQL function (``<table>_claim``, ``<table>_complete``) that locks the
+  row (``SELECT ... FOR UPDATE``; a race to insert an absent key is settled by the primary
+  key and retried inside the function), applies the decision table of
+  :mod:`langchain_idempotent.protocol` exactly and writes the row; renew and release are
+  one ``UPDATE`` whose ``WHERE`` is the owner + fence compare (:mod:`._sql` holds every
+  function and statement, each headed by its parameters and result). Completion is
+  write-once.
+  Every write compares owner and fence, except :meth:`~PostgresIdempotencyStore.delete` and
+  ``purge`` (operator actions). A row of an unknown format ``version`` is refused with
+  :class:`~langchain_idempotent.errors.CorruptRecordError` before anything is decided.
+- **Time.** The server's clock, ``clock_timestamp()``, read after the row lock is taken, so
+  a lock wait never ages a decision; :meth:`~PostgresIdempotencyStore.now_ms` reads it too.
+- **Retention.** A claim keeps the row ``max(ttl, lease)`` past now, a completion ``ttl``
+  past now, a renewal at least ``lease`` past now, a release does not change it. A row past
+  its ``expires_at`` is absent to every operation; a claim or completion on that key
+  overwrites it, and every 64th claim of a store object also deletes up to 256 expired rows
+  through the ``expires_at`` index (``FOR UPDATE SKIP LOCKED``, inside the same function
+  call: no scan per call, no extra round trip).
+- **Wake-ups.** Completion, release, delete and purge ``pg_notify('<table>_wake',
+  md5(key))`` in the writing transaction (delivered on commit). One listener thread per
+  store object and process holds a dedicated connection (never a pooled one) with
+  ``LISTEN``, started and confirmed *before* a waiter first reads the record, and wakes the
+  waiters of that key in this process. A waiter also re-reads the record every
+  ``poll_interval`` seconds (default 1; bounded fallback for a dropped listener) and never
+  sleeps past the lease deadline it last read (:mod:`._listen`).
+- **Schema.** :meth:`~PostgresIdempotencyStore.setup` creates and migrates the table, its
+  indexes and functions under a transaction-scoped advisory lock, and records the schema
+  version per table in ``langchain_idempotent_schema`` (like ``PostgresSaver.setup()``). A
+  table at a newer version is refused with
+  :class:`~langchain_idempotent.errors.StoreUnavailableError`. With ``auto_setup=True``
+  (default) the first operation of a store object runs it once; pass ``False`` when the
+  application's role may not run DDL and call ``setup()`` at deploy time instead.
+- **Connections.** :meth:`~PostgresIdempotencyStore.from_url` builds and owns a
+  ``psycopg_pool.ConnectionPool`` (opened on first sync use) and an ``AsyncConnectionPool``
+  per event loop (on first async use), autocommit, closed by ``close()``/``aclose()`` and
+  reopened on next use, and rebuilt in a child after ``fork()``. A pool passed in (sync
+  and/or async, e.g. the one of a LangGraph ``PostgresSaver``: ``autocommit=True`` is best,
+  ``row_factory`` may be anything) is used as it is and never closed by the store. With
+  only a sync pool, the async operations run the sync ones in a worker thread; with only
+  an async pool, the sync ones are refused with a clear error. Statements are prepared by
+  psycopg after a few uses (``prepare_threshold``), so a hot operation is one
+  ``Bind/Execute`` message (:mod:`._pools`).
+- **Errors.** Every psycopg / pool error (refused or dropped connection, pool timeout,
+  server shutdown, a missing table) becomes
+  :class:`~langchain_idempotent.errors.StoreUnavailableError` with the key, chained with
+  ``raise ... from``, at one boundary (:func:`._pools.run_sync` / ``run_async``). An
+  operation that
+  failed because its *connection* broke (a terminated backend, a restarted server) is
+  retried once on another connection after the pool has dropped its broken idle ones;
+  that is safe because every operation is idempotent for the same owner: a repeated claim
+  is ``OWNED`` with the same fence, a repeated completion finds its own payload stored.
+- **Transactions.** :meth:`~PostgresIdempotencyStore.transaction` (and ``atransaction``)
+  opens a transaction on a pooled connection for a tool to write on; its ``complete``
+  writes the completion *in that transaction* only if the caller still owns the lease at
+  its fence (checked under the record's row lock) and commits, or rolls everything back.
+  No transaction is held open across a tool's run in the normal mode (:mod:`._transaction`).
+- **Facts.** :meth:`~PostgresIdempotencyStore.describe` reports, for ``doctor``, the
+  server's version and its ``fsync`` / ``synchronous_commit`` settings (either off, a
+  committed record can be lost in a crash), the table, its schema version, and how many
+  rows it holds and how many of them expired and wait to be purged. Never a password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ...errors import CorruptRecordError, StoreUnavailableError
+from ...record import Claim, Completion, ExpiredPolicy, Record
+from ..base import BaseIdempotencyStore
+from ._describe import describe_server
+from ._listen import _Waiters
+from ._pools import _ERRORS, _parse_url, _Pools, _redact, run_async, run_sync, sync_twin
+from ._sql import (
+    _claim_answer,
+    _completion,
+    _decode,
+    _live,
+    _meta,
+    _Queries,
+)
+from ._transaction import AsyncPostgresTransaction, PostgresTransaction
+
+__all__ = ["PostgresIdempotencyStore"]
+
+_log = logging.getLogger("langchain_idempotent.stores.postgres")
+_T = TypeVar("_T")
+
+# Lower case only: the name is used unquoted (in function and channel names too).
+_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+#: Every this many claims of a store object, one also purges expired rows, at most this many.
+_SWEEP_EVERY = 64
+_SWEEP_LIMIT = 256
+
+
+class PostgresIdempotencyStore(BaseIdempotencyStore):
+    """Records in one PostgreSQL table. See the module docstring for the full contract.
+
+    ``pool`` is a ``psycopg_pool.ConnectionPool`` or ``AsyncConnectionPool``;
+    ``async_pool`` adds the async one when ``pool`` is the sync one. Or use
+    :meth:`from_url`. ``table`` names the records table (lower-case letters, digits,
+    underscores). ``poll_interval`` bounds how long a waiter trusts LISTEN/NOTIFY alone.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any] | AsyncConnectionPool[Any] | None = None,
+        *,
+        async_pool: AsyncConnectionPool[Any] | None = None,
+        table: str = "idempotency_records",
+        auto_setup: bool = True,
+        poll_interval: float = 1.0,
+        _conninfo: str | None = None,
+        _pool_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not _TABLE_NAME.fullmatch(table):
+            raise ValueError(
+                f"table must be a lower-case SQL identifier of at most 40 characters, got {table!r}"
+            )
+        if pool is None and async_pool is None and _conninfo is None:
+            raise ValueError(
+                "PostgresIdempotencyStore needs a psycopg_pool ConnectionPool or "
+                "AsyncConnectionPool, or use PostgresIdempotencyStore.from_url(...)"
+            )
+        if isinstance(pool, AsyncConnectionPool):
+            if async_pool is not None:
+                raise ValueError("pass the sync pool as pool= and the async one as async_pool=")
+            pool, async_pool = None, pool
+        if pool is not None and not isinstance(pool, ConnectionPool):
+            raise TypeError(
+                f"pool must be a psycopg_pool.ConnectionPool, got {type(pool).__name__}"
+            )
+        if async_pool is not None and not isinstance(async_pool, AsyncConnectionPool):
+            raise TypeError(
+                f"async_pool must be a psycopg_pool.AsyncConnectionPool, "
+                f"got {type(async_pool).__name__}"
+            )
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+        self._table = table
+        self._auto_setup = auto_setup
+        self._poll_interval = float(poll_interval)
+        self._conninfo = _conninfo
+        self._pools = _Pools(
+            pool, async_pool, conninfo=_conninfo, options=_pool_options or {}, table=table
+        )
+        self._pid = os.getpid()
+        self._ready = False
+        self._claims = itertools.count(1)
+        self._waiters = self._new_waiters()
+        self._q = _Queries(table)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 5.0,
+        **kwargs: Any,
+    ) -> PostgresIdempotencyStore:
+        """A store that owns its pools, from ``postgresql://user@host:port/db?...``.
+
+        ``min_size`` / ``max_size`` size each pool; ``timeout`` bounds the wait for a
+        connection (then :class:`StoreUnavailableError`). Query parameters are passed to
+        libpq (``sslmode``, ``connect_timeout``, ...), except ``table`` and
+        ``poll_interval``, which set the options of the same name; keyword arguments win.
+        """
+        conninfo, options = _parse_url(url)
+        options.update(kwargs)
+        return cls(
+            _conninfo=conninfo,
+            _pool_options={"min_size": min_size, "max_size": max_size, "timeout": timeout},
+            **options,
+        )
+
+    def __repr__(self) -> str:
+        return f"PostgresIdempotencyStore({_redact(self._conninfo)!r}, table={self._table!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._conninfo is None:
+            raise TypeError(
+                "a PostgresIdempotencyStore built on a pool cannot be pickled; build it "
+                "with PostgresIdempotencyStore.from_url(...) to send it to other processes"
+            )
+        return (
+            _restore,
+            (
+                self._conninfo,
+                self._pools.options,
+                self._table,
+                self._auto_setup,
+                self._poll_interval,
+            ),
+        )
+
+    @property
+    def table(self) -> str:
+        return self._table
+
+    # -- schema ------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create or migrate the table, its indexes and functions (idempotent)."""
+
+        def run(cur: psycopg.Cursor[Any]) -> None:
+            conn = cur.connection
+            with conn.transaction():
+                for stmt in self._q.migrations(self._stored_version(cur)):
+                    cur.execute(stmt)
+
+        self._sync(None, run, setup=False)
+        self._ready = True
+
+    async def asetup(self) -> None:
+        """The async twin of :meth:`setup`."""
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> None:
+            conn = cur.connection
+            async with conn.transaction():
+                await cur.execute(self._q.lock)
+                await cur.execute(self._q.schema_table)
+                await cur.execute(self._q.read_version, (self._table,))
+                row = await cur.fetchone()
+                for stmt in self._q.migrations(row[0] if row else 0):
+                    await cur.execute(stmt)
+
+        await self._async(None, run, setup=False)
+        self._ready = True
+
+    def _stored_version(self, cur: psycopg.Cursor[Any]) -> int:
+        cur.execute(self._q.lock)
+        cur.execute(self._q.schema_table)
+        cur.execute(self._q.read_version, (self._table,))
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    # -- record operations -------------------------------------------------------------
+
+    def claim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        params = self._claim_params(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+
+        def run(cur: psycopg.Cursor[Any]) -> Any:
+            cur.execute(self._q.claim, params)
+            return cur.fetchone()
+
+        return _claim_answer(key, self._sync(key, run), self._table)
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy = "takeover",
+        meta: Mapping[str, str] | None = None,
+    ) -> Claim:
+        params = self._claim_params(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
+            await cur.execute(self._q.claim, params)
+            return await cur.fetchone()
+
+        return _claim_answer(key, await self._async(key, run), self._table)
+
+    def _claim_params(
+        self,
+        key: str,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy,
+        meta: Mapping[str, str] | None,
+    ) -> tuple[Any, ...]:
+        if on_expired not in ("takeover", "raise"):
+            raise ValueError(f'on_expired must be "takeover" or "raise", got {on_expired!r}')
+        sweep = _SWEEP_LIMIT if next(self._claims) % _SWEEP_EVERY == 0 else 0
+        return (key, owner, fingerprint, int(lease_ms), int(ttl_ms),
+                on_expired == "takeover", _meta(meta), sweep)  # fmt: skip
+
+    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        def run(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(self._q.renew, (int(lease_ms), int(lease_ms), key, owner, fence))
+            return cur.fetchone() is not None
+
+        return self._sync(key, run)
+
+    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
+            await cur.execute(self._q.renew, (int(lease_ms), int(lease_ms), key, owner, fence))
+            return await cur.fetchone() is not None
+
+        return await self._async(key, run)
+
+    def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        params = (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta), False)
+
+        def run(cur: psycopg.Cursor[Any]) -> Any:
+            cur.execute(self._q.complete, params)
+            return cur.fetchone()
+
+        return _completion(key, self._sync(key, run), self._table)
+
+    async def acomplete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        params = (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta), False)
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
+            await cur.execute(self._q.complete, params)
+            return await cur.fetchone()
+
+        return _completion(key, await self._async(key, run), self._table)
+
+    def release(self, key: str, *, owner: str, fence: int) -> bool:
+        def run(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(self._q.release, (key, owner, fence))
+            row = cur.fetchone()
+            return bool(row and row[0])
+
+        return self._sync(key, run)
+
+    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
+        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
+            await cur.execute(self._q.release, (key, owner, fence))
+            row = await cur.fetchone()
+            return bool(row and row[0])
+
+        return await self._async(key, run)
+
+    def get(self, key: str) -> Record | None:
+        return self._probe_sync(key)[0]
+
+    async def aget(self, key: str) -> Record | None:
+        return (await self._probe_async(key))[0]
+
+    def _probe_sync(self, key: str) -> tuple[Record | None, int]:
+        """The live record under ``key`` and the server's clock, in one round trip."""
+
+        def run(cur: psycopg.Cursor[Any]) -> Any:
+            cur.execute(self._q.get, (key,))
+            return cur.fetchone()
+
+        return _live(key, self._sync(key, run), self._table)
+
+    async def _probe_async(self, key: str) -> tuple[Record | None, int]:
+        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
+            await cur.execute(self._q.get, (key,))
+            return await cur.fetchone()
+
+        return _live(key, await self._async(key, run), self._table)
+
+    def now_ms(self) -> int:
+        """The server's clock (``clock_timestamp()``) in milliseconds."""
+
+        def run(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute(self._q.now)
+            return int(cur.fetchone()[0])  # type: ignore[index]
+
+        return self._sync(None, run)
+
+    async def anow_ms(self) -> int:
+        async def run(cur: psycopg.AsyncCursor[Any]) -> int:
+            await cur.execute(self._q.now)
+            return int((await cur.fetchone())[0])  # type: ignore[index]
+
+        return await self._async(None, run)
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for ``doctor``: server version and durability settings (``fsync``,
+        ``synchronous_commit``), table, schema version, row counts.
+
+        Never the password (the URL is shown without it).
+        """
+
+        def run(cur: psycopg.Cursor[Any]) -> dict[str, Any]:
+            return describe_server(cur, self._q, self._conninfo)
+
+        return self._sync(None, run, setup=False)
+
+    # -- watch ---------------------------------------------------------------------------
+
+    def watch(self, key: str, *, fence: int, timeout: float) -> None:
+        self._check_fork()
+        self._waiters.watch(key, fence, timeout, lambda: self._probe_sync(key))
+
+    async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
+        self._check_fork()
+        await self._waiters.awatch(key, fence, timeout, lambda: self._probe_async(key))
+
+    def _new_waiters(self) -> _Waiters:
+        conninfo = self._pools.listen_conninfo if self._pools.can_listen else None
+        return _Waiters(self._table, conninfo, self._poll_interval)
+
+    # -- operator helpers ----------------------------------------------------------------
+
+    def delete(self, key: str) -> bool:
+        def run(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(self._q.delete, (key,))
+            row = cur.fetchone()
+            return bool(row and row[0])
+
+        return self._sync(key, run)
+
+    async def adelete(self, key: str) -> bool:
+        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
+            await cur.execute(self._q.delete, (key,))
+            row = await cur.fetchone()
+            return bool(row and row[0])
+
+        return await self._async(key, run)
+
+    def list(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Record]:
+        query, params = self._q.listing(namespace, thread_id, limit)
+
+        def run(cur: psycopg.Cursor[Any]) -> Any:
+            cur.execute(query, params)
+            return cur.fetchall()
+
+        return self._records(self._sync(None, run))
+
+    async def alist(
+        self,
+        *,
+        namespace: str | None = None,
+        thread_id: str | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Record]:
+        query, params = self._q.listing(namespace, thread_id, limit)
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
+            await cur.execute(query, params)
+            return await cur.fetchall()
+
+        return self._records(await self._async(None, run))
+
+    def _records(self, rows: Any) -> builtins.list[Record]:
+        out = []
+        for row in rows:
+            try:
+                out.append(_decode(row, self._table))
+            except CorruptRecordError as exc:
+                _log.warning("skipping an unreadable record: %s", exc)
+        return out
+
+    def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
+        query, params = self._q.purging(thread_id, namespace)
+
+        def run(cur: psycopg.Cursor[Any]) -> int:
+            cur.execute(query, params)
+            return int(cur.fetchone()[0])  # type: ignore[index]
+
+        return self._sync(None, run)
+
+    async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
+        query, params = self._q.purging(thread_id, namespace)
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> int:
+            await cur.execute(query, params)
+            return int((await cur.fetchone())[0])  # type: ignore[index]
+
+        return await self._async(None, run)
+
+    def close(self) -> None:
+        """Close the pools this store owns and its listener; they reopen on next use.
+
+        Pools passed in are left open (their owner closes them).
+        """
+        self._waiters.stop()
+        self._pools.close(same_process=self._pid == os.getpid())
+
+    async def aclose(self) -> None:
+        """Close this loop's owned async pool too (and what :meth:`close` closes)."""
+        await self._pools.aclose_loop()
+        await asyncio.to_thread(self.close)
+
+    # -- transactions (transactional mode) -------------------------------------------------
+
+    def transaction(self) -> PostgresTransaction:
+        """Open a transaction on a pooled connection; see :class:`PostgresTransaction`."""
+        pool = self._sync_pool(None)
+        self._maybe_setup()
+        try:
+            conn = pool.getconn()
+        except _ERRORS as exc:
+            raise StoreUnavailableError(f"PostgreSQL: could not get a connection: {exc}") from exc
+        return PostgresTransaction(self._q, pool, conn)
+
+    async def atransaction(self) -> AsyncPostgresTransaction:
+        """The async twin of :meth:`transaction` (an ``AsyncConnection``)."""
+        pool = await self._async_pool(None)
+        if pool is None:
+            raise TypeError(
+                "transactional mode for async tools needs an AsyncConnectionPool: pass "
+                "async_pool= or build the store with PostgresIdempotencyStore.from_url(...)"
+            )
+        await self._amaybe_setup()
+        try:
+            conn = await pool.getconn()
+        except _ERRORS as exc:
+            raise StoreUnavailableError(f"PostgreSQL: could not get a connection: {exc}") from exc
+        return await AsyncPostgresTransaction(self._q, pool, conn).begin()
+
+    # -- the error boundary and the pools (see ._pools) ----------------------------------
+
+    def _sync(
+        self, key: str | None, run: Callable[[psycopg.Cursor[Any]], _T], *, setup: bool = True
+    ) -> _T:
+        pool = self._sync_pool(key)
+        if setup:
+            self._maybe_setup(key)
+        return run_sync(pool, key, run)
+
+    async def _async(
+        self,
+        key: str | None,
+        run: Callable[[psycopg.AsyncCursor[Any]], Awaitable[_T]],
+        *,
+        setup: bool = True,
+    ) -> _T:
+        pool = await self._async_pool(key)
+        if pool is None:  # only a sync pool was given: run it on that one, in a thread
+            return await asyncio.to_thread(self._sync, key, sync_twin(run))
+        if setup:
+            await self._amaybe_setup(key)
+        return await run_async(pool, key, run)
+
+    def _maybe_setup(self, key: str | None = None) -> None:
+        if self._auto_setup and not self._ready:
+            try:
+                self.setup()
+            except StoreUnavailableError as exc:
+                raise StoreUnavailableError(str(exc), key=key) from exc.__cause__
+
+    async def _amaybe_setup(self, key: str | None = None) -> None:
+        if self._auto_setup and not self._ready:
+            try:
+                await self.asetup()
+            except StoreUnavailableError as exc:
+                raise StoreUnavailableError(str(exc), key=key) from exc.__cause__
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():  # a forked child: never touch the parent's sockets
+            self._pid = os.getpid()
+            self._pools.forget()
+            self._waiters = self._new_waiters()
+
+    def _sync_pool(self, key: str | None) -> ConnectionPool[Any]:
+        self._check_fork()
+        return self._pools.sync(key)
+
+    async def _async_pool(self, key: str | None) -> AsyncConnectionPool[Any] | None:
+        self._check_fork()
+        return await self._pools.async_(key)
+
+
+def _restore(
+    conninfo: str,
+    pool_options: dict[str, Any],
+    table: str,
+    auto_setup: bool,
+    poll_interval: float,
+) -> PostgresIdempotencyStore:
+    return PostgresIdempotencyStore(
+        _conninfo=conninfo,
+        _pool_options=pool_options,
+        table=table,
+        auto_setup=auto_setup,
+        poll_interval=poll_interval,
+    )

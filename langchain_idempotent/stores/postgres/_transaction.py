@@ -1,0 +1,191 @@
+"""Transactional mode: the tool's writes and its completion commit together, or neither.
+
+:meth:`PostgresIdempotencyStore.transaction` (``atransaction``) checks a connection out of
+the store's pool and turns ``autocommit`` off; the engine hands it to the tool through
+``get_idempotency_context().connection``. :meth:`PostgresTransaction.complete` calls
+``<table>_complete`` with ``p_strict`` *in that transaction*: it stores the completion only
+while the caller still owns the lease at its fence (checked under the record's row lock),
+and then commits; otherwise it rolls back, the tool's writes with it. A worker that dies
+or raises never commits. Either way the connection goes back to its pool with its
+``autocommit`` as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ...errors import CorruptRecordError, StoreUnavailableError
+from ...record import Completion
+from ._pools import _ERRORS
+from ._sql import _completion, _meta, _Queries
+
+__all__ = ["AsyncPostgresTransaction", "PostgresTransaction"]
+
+
+class PostgresTransaction:
+    """A transaction a tool writes in; the completion commits with it or not at all.
+
+    ``connection`` is a psycopg ``Connection`` in a transaction (``autocommit`` off until
+    the transaction ends): run the tool's statements on it and do not commit.
+    :meth:`complete` writes the completion in the same transaction only if the caller
+    still owns the lease at its fence (checked under the record's row lock, so a takeover
+    either happened before — refused, everything rolled back — or waits and then replays
+    this result) and commits; :meth:`rollback` undoes everything. Either returns the
+    connection to the pool.
+    """
+
+    def __init__(self, queries: _Queries, pool: ConnectionPool[Any], conn: Any) -> None:
+        self._q, self._pool, self.connection = queries, pool, conn
+        self._autocommit = conn.autocommit
+        self._done = False
+        try:
+            if conn.autocommit:
+                conn.autocommit = False
+        except _ERRORS as exc:
+            self._finish()
+            raise StoreUnavailableError(f"PostgreSQL: {exc}") from exc
+
+    def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        """Write the completion and commit, or roll back when the lease is no longer ours.
+
+        Raises :class:`StoreUnavailableError` when the connection fails: whether the
+        transaction committed is then unknown (a retry replays it, or takes over).
+        """
+        conn, q = self.connection, self._q
+        try:
+            with conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(
+                    q.complete,
+                    (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta),
+                     True),
+                )  # fmt: skip
+                answer = _completion(key, cur.fetchone(), q.table)
+            if answer.stored:
+                conn.commit()
+            else:
+                conn.rollback()
+            return answer
+        except CorruptRecordError:
+            self.rollback()
+            raise
+        except _ERRORS as exc:
+            self.rollback()
+            raise StoreUnavailableError(
+                f"PostgreSQL: the transactional completion failed ({exc}); whether it "
+                "committed is unknown",
+                key=key,
+            ) from exc
+        finally:
+            self._finish()
+
+    def rollback(self) -> None:
+        """Undo the tool's writes; nothing is recorded. Idempotent."""
+        if self._done:
+            return
+        with contextlib.suppress(*_ERRORS):
+            self.connection.rollback()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        conn = self.connection
+        with contextlib.suppress(*_ERRORS):
+            if not conn.broken and not conn.closed:
+                conn.autocommit = self._autocommit
+        with contextlib.suppress(*_ERRORS):
+            self._pool.putconn(conn)
+
+
+class AsyncPostgresTransaction:
+    """The async twin of :class:`PostgresTransaction` (``connection`` is an
+    ``AsyncConnection``)."""
+
+    def __init__(self, queries: _Queries, pool: AsyncConnectionPool[Any], conn: Any) -> None:
+        self._q, self._pool, self.connection = queries, pool, conn
+        self._autocommit = conn.autocommit
+        self._done = False
+        self._begun = False
+
+    async def begin(self) -> AsyncPostgresTransaction:
+        try:
+            if self.connection.autocommit:
+                await self.connection.set_autocommit(False)
+        except _ERRORS as exc:
+            await self._finish()
+            raise StoreUnavailableError(f"PostgreSQL: {exc}") from exc
+        return self
+
+    async def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion:
+        conn, q = self.connection, self._q
+        try:
+            async with conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(
+                    q.complete,
+                    (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta),
+                     True),
+                )  # fmt: skip
+                answer = _completion(key, await cur.fetchone(), q.table)
+            if answer.stored:
+                await conn.commit()
+            else:
+                await conn.rollback()
+            return answer
+        except CorruptRecordError:
+            await self.rollback()
+            raise
+        except _ERRORS as exc:
+            await self.rollback()
+            raise StoreUnavailableError(
+                f"PostgreSQL: the transactional completion failed ({exc}); whether it "
+                "committed is unknown",
+                key=key,
+            ) from exc
+        finally:
+            await self._finish()
+
+    async def rollback(self) -> None:
+        if self._done:
+            return
+        with contextlib.suppress(*_ERRORS):
+            await self.connection.rollback()
+        await self._finish()
+
+    async def _finish(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        conn = self.connection
+        with contextlib.suppress(*_ERRORS):
+            if not conn.broken and not conn.closed:
+                await conn.set_autocommit(self._autocommit)
+        with contextlib.suppress(*_ERRORS):
+            await self._pool.putconn(conn)
