@@ -1,11 +1,11 @@
 """A real ``langgraph dev`` server (the LangGraph Agent Server, in-memory runtime) for tests.
 
-``AgentServer(workdir, env=...)`` serves this repository's ``langgraph.json`` on a free
-loopback port (or another config: ``config=``), from ``workdir`` (where the in-memory runtime keeps its ``.langgraph_api``
-files, so a restart in the same directory finds the threads it had flushed), with the
-worktree first on ``PYTHONPATH``. The blocking-call detector stays on (no
-``--allow-blocking``); four runs at a time (``langgraph dev`` defaults to one). ``kill()`` is a SIGKILL of the process group; ``start()`` again
-restarts it on the same port.
+``AgentServer(workdir, env=...)`` serves this repository's ``langgraph.json`` (or
+``config=``) on a free loopback port, from ``workdir``: the in-memory runtime keeps its
+``.langgraph_api`` files there, so a restart in the same directory finds the threads it
+had flushed. The worktree is first on ``PYTHONPATH``. The blocking-call detector stays on
+(no ``--allow-blocking``); four runs at a time (``langgraph dev`` defaults to one).
+``kill()`` is a SIGKILL of the process group; ``start()`` again restarts it.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class AgentServer:
                     "4",
                     "--config",
                     str(self.config),
-                ],  # fmt: skip
+                ],
                 cwd=self.workdir,
                 env=env,
                 stdout=log,
