@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "idempotency_scope": "context",
     "IdempotencyContext": "context",
     "Policy": "policy",
+    "PolicyOptions": "policy",
     # stores
     "BaseIdempotencyStore": "stores.base",
     "InMemoryIdempotencyStore": "stores.memory",
@@ -95,12 +96,13 @@ if TYPE_CHECKING:
     from .keys import CallInfo as CallInfo
     from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
     from .policy import Policy as Policy
+    from .policy import PolicyOptions as PolicyOptions
     from .settings import IdempotencySettings as IdempotencySettings
     from .settings import store_from_env as store_from_env
     from .settings import store_from_url as store_from_url
     from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
     from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
-    from .stores.postgres import (  # type: ignore[import-not-found,unused-ignore]
+    from .stores.postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,
     )
     from .stores.redis import RedisIdempotencyStore as RedisIdempotencyStore

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["IdempotencyContext", "get_idempotency_context", "idempotency_scope"]
 
@@ -40,6 +41,10 @@ class IdempotencyContext:
     #: lease (``fence`` 0, ``attempt`` 0): nothing stops a duplicate run but the downstream,
     #: so pass ``key`` on and treat the call as one that may have run before.
     protected: bool = True
+    #: Transactional mode (``transactional=True``, PostgreSQL store): the psycopg
+    #: ``Connection`` (``AsyncConnection`` for async tools) whose open transaction the
+    #: completion record will join. Write on it; do not commit. ``None`` otherwise.
+    connection: Any = field(default=None, repr=False, compare=False)
 
     @property
     def lease_lost(self) -> bool:

@@ -31,6 +31,7 @@ runs again, and the wrapped value is returned to the caller.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
@@ -41,6 +42,7 @@ from .context import IdempotencyContext, _current
 from .errors import (
     IdempotencyError,
     InProgressError,
+    LeaseLostError,
     OutcomeUnknownError,
     PayloadMismatchError,
     StoreUnavailableError,
@@ -115,6 +117,8 @@ class _Call:
     tool: str | None
     meta: Mapping[str, str] | None
     observer: EventHook | None
+    #: Transactional mode: the open transaction between the run and the complete steps.
+    txn: Any = None
 
 
 class Engine:
@@ -144,6 +148,13 @@ class Engine:
             )
         self.store = store
         self.policy = policy or Policy()
+        if self.policy.transactional and not callable(getattr(store, "transaction", None)):
+            raise ValueError(
+                f"transactional=True needs a store that can write the completion inside the "
+                f"tool's own database transaction (PostgresIdempotencyStore); "
+                f"{type(store).__name__} cannot. Drop transactional=True, or use a "
+                "PostgresIdempotencyStore on the database the tool writes to"
+            )
         self.serializer = serializer or ResultSerializer(
             allowed_types=self.policy.allowed_types, max_bytes=self.policy.max_result_bytes
         )
@@ -278,12 +289,17 @@ class Engine:
     ) -> Generator[_Step, Any, Completion | None]:
         try:
             completion: Completion = yield _CompleteStep(ctx, payload, failed)
+        except LeaseLostError:  # transactional mode: the commit was refused, rolled back
+            self._emit(call, "lease_lost", ctx.fence, ctx.attempt)
+            raise
         except IdempotencyError as exc:
             # The action ran; its result is returned to this caller. The lease will expire
             # and a later duplicate takes over with the same key (pass it downstream).
             self._emit(
                 call, "store_error", ctx.fence, ctx.attempt, {"op": "complete", "error": str(exc)}
             )
+            if self.policy.transactional:
+                raise  # the tool's writes committed with the record or not at all: unknown
             return None
         if completion.stale:
             self._emit(
@@ -397,6 +413,11 @@ class Engine:
             )
         if isinstance(step, _RunStep):
             return self._run_action(step.ctx, call, action)
+        if isinstance(step, _CompleteStep) and self.policy.transactional:
+            txn, call.txn = call.txn, None
+            if txn is None:  # a failure to record: its own (empty) transaction
+                txn = store.transaction()  # type: ignore[attr-defined]
+            return _refused(call, step, txn.complete(**self._completion_args(call, step)))
         if isinstance(step, _CompleteStep):
             return store.complete(
                 call.key,
@@ -414,9 +435,27 @@ class Engine:
         store.watch(call.key, fence=step.fence, timeout=step.timeout)
         return None
 
+    def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
+        return {
+            "key": call.key,
+            "owner": call.owner,
+            "fence": step.ctx.fence,
+            "fingerprint": call.fingerprint,
+            "payload": step.payload,
+            "failed": step.failed,
+            "ttl_ms": self.policy.ttl_ms,
+            "meta": call.meta,
+        }
+
     def _run_action(
         self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Any]
     ) -> _Outcome:
+        if self.policy.transactional and ctx.protected:
+            try:
+                call.txn = self.store.transaction()  # type: ignore[attr-defined]
+            except IdempotencyError as exc:
+                return _Outcome(exc=exc)
+            ctx = dataclasses.replace(ctx, connection=call.txn.connection)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -426,6 +465,9 @@ class Engine:
         try:
             return _Outcome(value=action())
         except BaseException as exc:
+            if call.txn is not None:  # the tool's writes go; the failure is recorded apart
+                call.txn, txn = None, call.txn
+                txn.rollback()
             return _Outcome(exc=exc)
         finally:
             if renewal is not None:
@@ -486,6 +528,12 @@ class Engine:
             )
         if isinstance(step, _RunStep):
             return await self._arun_action(step.ctx, call, action)
+        if isinstance(step, _CompleteStep) and self.policy.transactional:
+            txn, call.txn = call.txn, None
+            if txn is None:
+                txn = await store.atransaction()  # type: ignore[attr-defined]
+            completion = await txn.complete(**self._completion_args(call, step))
+            return _refused(call, step, completion)
         if isinstance(step, _CompleteStep):
             return await store.acomplete(
                 call.key,
@@ -506,6 +554,12 @@ class Engine:
     async def _arun_action(
         self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Awaitable[Any]]
     ) -> _Outcome:
+        if self.policy.transactional and ctx.protected:
+            try:
+                call.txn = await self.store.atransaction()  # type: ignore[attr-defined]
+            except IdempotencyError as exc:
+                return _Outcome(exc=exc)
+            ctx = dataclasses.replace(ctx, connection=call.txn.connection)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
@@ -515,6 +569,9 @@ class Engine:
         try:
             return _Outcome(value=await action())
         except BaseException as exc:
+            if call.txn is not None:
+                call.txn, txn = None, call.txn
+                await txn.rollback()
             return _Outcome(exc=exc)
         finally:
             if renewal is not None:
@@ -528,3 +585,19 @@ class Engine:
         if not ok:
             self._lease_lost(call, ctx)
         return ok
+
+
+def _refused(call: _Call, step: _CompleteStep, completion: Completion) -> Completion:
+    """A transactional completion refused with nothing stored: the run lost its lease.
+
+    Its transaction was rolled back, so the tool's writes are gone; the caller learns it
+    from :class:`LeaseLostError` (a retry replays the new owner's result or runs again).
+    """
+    if completion.stored or completion.payload is not None:
+        return completion
+    raise LeaseLostError(
+        f"this run (fence {step.ctx.fence}) lost its lease before its transaction could "
+        "commit: another worker took the call over, so its writes were rolled back and "
+        "nothing was recorded; retry to get the other worker's result",
+        key=call.key,
+    )

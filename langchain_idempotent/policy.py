@@ -63,6 +63,10 @@ class Policy:
     namespace: str = "default"
     #: What one effect is: ``"thread"``, ``"turn"``, ``"call"`` or a key function.
     scope: Scope | KeyFunction = "thread"
+    #: Run the tool inside a database transaction of the store (PostgreSQL only) and write
+    #: the completion in it: the tool's writes on ``get_idempotency_context().connection``
+    #: and the record commit together, only while this run still owns the lease.
+    transactional: bool = field(default=False, metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -99,6 +103,8 @@ class Policy:
             raise ValueError(
                 f"scope must be 'thread', 'turn', 'call' or a function, got {self.scope!r}"
             )
+        if not isinstance(self.transactional, bool):
+            raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
@@ -168,6 +174,7 @@ class PolicyOptions(TypedDict, total=False):
     renew_fraction: float
     namespace: str
     scope: Scope | KeyFunction
+    transactional: bool
 
 
 def option_names() -> tuple[str, ...]:

@@ -107,6 +107,8 @@ FOREIGN_MODULES = [
     "redis.asyncio",
     "redis.cluster",
     "redis.sentinel",
+    # our own public submodules, named in the README by their module
+    "langchain_idempotent.testing",
 ]
 
 

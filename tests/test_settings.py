@@ -119,7 +119,8 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "scope": ("call", "call"),
     }
     assert set(env_fields()) == set(values)
-    assert set(option_names()) - set(env_fields()) == {"terminal_exceptions", "allowed_types"}
+    code_only = {"terminal_exceptions", "allowed_types", "transactional"}
+    assert set(option_names()) - set(env_fields()) == code_only
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}
     policy = Policy.from_env("APP_", environ=environ)
     for name, (_, expected) in values.items():
@@ -201,8 +202,10 @@ def test_store_urls(tmp_path: Path) -> None:
     assert type(sqlite).__name__ == "SqliteIdempotencyStore"
     redis = store_from_url("redis://127.0.0.1:1/0")  # constructing must not connect
     assert type(redis).__name__ == "RedisIdempotencyStore"
+    postgres = store_from_url("postgresql://app@127.0.0.1:1/app")  # nor this one
+    assert type(postgres).__name__ == "PostgresIdempotencyStore"
     with pytest.raises(ValueError, match="unsupported store URL"):
-        store_from_url("postgres://x")
+        store_from_url("mysql://x")
 
 
 def test_wrapping_twice_is_refused() -> None:

@@ -58,8 +58,8 @@ PROG = "langchain-idempotent"
 #: The schemes named in ``--url``'s help (a test checks them against ``parse_store_url``).
 URL_HELP = (
     "store URL: redis://…, rediss://…, unix://…, redis+cluster://…, rediss+cluster://…, "
-    "sqlite:///path.db or memory:// (default: $IDEMPOTENCY_STORE_URL, "
-    "$IDEMPOTENCY_REDIS_URL, $REDIS_URL, $IDEMPOTENCY_SQLITE_PATH)"
+    "sqlite:///path.db, postgresql://…, postgres://… or memory:// (default: "
+    "$IDEMPOTENCY_STORE_URL, $IDEMPOTENCY_REDIS_URL, $REDIS_URL, $IDEMPOTENCY_SQLITE_PATH)"
 )
 
 

@@ -40,7 +40,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from .base import BaseIdempotencyStore as BaseIdempotencyStore
     from .memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
-    from .postgres import (  # type: ignore[import-not-found,unused-ignore]
+    from .postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,
     )
     from .redis import RedisIdempotencyStore as RedisIdempotencyStore

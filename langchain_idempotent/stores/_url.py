@@ -11,6 +11,9 @@ scheme                                      store
 ``rediss+cluster://``
 ``sqlite:///relative.db``,                  :class:`~.sqlite.SqliteIdempotencyStore`
 ``sqlite:////absolute.db``                  (``SqliteIdempotencyStore.from_url``)
+``postgresql://``, ``postgres://``          :class:`~.postgres.PostgresIdempotencyStore`
+                                            (``PostgresIdempotencyStore.from_url``; needs
+                                            the ``postgres`` extra)
 ``memory://``                               a new, empty
                                             :class:`~.memory.InMemoryIdempotencyStore`
 ==========================================  =============================================
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMES", "StoreKind", "StoreURL", "parse_store_url"]
 
-StoreKind = Literal["redis", "sqlite", "memory"]
+StoreKind = Literal["redis", "sqlite", "postgres", "memory"]
 
 #: Every accepted scheme, and the kind of store it names.
 SCHEMES: dict[str, StoreKind] = {
@@ -40,6 +43,8 @@ SCHEMES: dict[str, StoreKind] = {
     "redis+cluster": "redis",
     "rediss+cluster": "redis",
     "sqlite": "sqlite",
+    "postgresql": "postgres",
+    "postgres": "postgres",
     "memory": "memory",
 }
 
@@ -75,6 +80,10 @@ class StoreURL:
             from .sqlite import SqliteIdempotencyStore
 
             return SqliteIdempotencyStore.from_url(self.url)
+        if self.kind == "postgres":
+            from .postgres import PostgresIdempotencyStore
+
+            return PostgresIdempotencyStore.from_url(self.url)
         from .memory import InMemoryIdempotencyStore
 
         return InMemoryIdempotencyStore()
@@ -96,4 +105,8 @@ def parse_store_url(url: str) -> StoreURL:
     return StoreURL(url, scheme, kind)
 
 
-_EXAMPLES = {"sqlite": "sqlite:///path.db", "unix": "unix:///path/redis.sock"}
+_EXAMPLES = {
+    "sqlite": "sqlite:///path.db",
+    "unix": "unix:///path/redis.sock",
+    "postgresql": "postgresql://user@host/db",
+}

@@ -1,0 +1,58 @@
+"""The README tells the truth: its quickstart runs as printed, and its lists of event kinds,
+options and environment variables are the library's own."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from langchain_idempotent.events import EVENT_KINDS
+from langchain_idempotent.policy import env_fields, option_names
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.S | re.M)
+    assert match, f"README has no section {title!r}"
+    return match.group(1)
+
+
+def test_the_quickstart_runs_as_printed_and_its_retry_pays_once(tmp_path: Path) -> None:
+    code = re.search(r"```python\n(.*?)```", _section("Quickstart"), re.S)
+    assert code, "the Quickstart section has no python block"
+    script = tmp_path / "quickstart.py"
+    script.write_text(code.group(1))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    # ...and the same script with the tools left unwrapped pays twice: the assert fails.
+    plain = code.group(1).replace(
+        "tools = idempotent([issue_refund, notify_customer], store=InMemoryIdempotencyStore())",
+        "tools = [issue_refund, notify_customer]",
+    )
+    plain = plain.replace("key = get_idempotency_context().key", "key = None")
+    assert plain != code.group(1)
+    script.write_text(plain)
+    unprotected = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert unprotected.returncode != 0
+    assert "AssertionError" in unprotected.stderr
+
+
+def test_observability_lists_every_event_kind() -> None:
+    listed = set(re.findall(r"`(\w+)`", _section("Observability").split("—")[1]))
+    assert set(EVENT_KINDS) <= listed, sorted(set(EVENT_KINDS) - listed)
+
+
+def test_the_configuration_table_names_every_option_and_variable() -> None:
+    table = _section("Configuration")
+    for name in option_names():
+        assert f"`{name}`" in table, name
+    for name in env_fields():
+        assert f"`IDEMPOTENCY_{name.upper()}`" in table, name

@@ -1,0 +1,421 @@
+"""The PostgreSQL store: the shared contract, plus what only a server with SQL shows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
+from langchain_idempotent.record import Claim, ClaimOutcome, Completion
+from langchain_idempotent.stores import postgres as pg_module
+from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
+from langchain_idempotent.testing import StoreContractTests
+from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
+from tests.support.redis_servers import free_port
+
+__all__ = ["pg_server", "pg_table", "pg_url"]  # fixtures used by this module
+
+
+class TestPostgresStoreContract(StoreContractTests):
+    @pytest.fixture
+    async def store(self, pg_url: str, pg_table: str) -> AsyncIterator[PostgresIdempotencyStore]:
+        s = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+        yield s
+        await s.aclose()
+
+
+LONG_MS = 60_000
+TTL_MS = 3_600_000
+
+
+@pytest.fixture
+def store(pg_url: str, pg_table: str) -> Iterator[PostgresIdempotencyStore]:
+    s = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    yield s
+    s.close()
+
+
+def claim(store: PostgresIdempotencyStore, key: str, owner: str, **kw: Any) -> Claim:
+    kw.setdefault("lease_ms", LONG_MS)
+    kw.setdefault("ttl_ms", TTL_MS)
+    return store.claim(key, owner=owner, fingerprint="fp", **kw)
+
+
+def complete(
+    store: PostgresIdempotencyStore, key: str, owner: str, fence: int, payload: bytes, **kw: Any
+) -> Completion:
+    kw.setdefault("ttl_ms", TTL_MS)
+    return store.complete(
+        key, owner=owner, fence=fence, fingerprint="fp", payload=payload, failed=False, **kw
+    )
+
+
+def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query, params or None)
+        return cur.fetchall() if cur.description else []
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+
+def test_setup_is_idempotent_and_records_the_schema_version(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    store.setup()
+    store.setup()
+    rows = sql(
+        pg_url, "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s", pg_table
+    )
+    assert rows == [(pg_module.SCHEMA_VERSION,)]
+    assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
+
+
+def test_setup_migrates_a_table_left_at_an_older_schema_version(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    store.setup()
+    c = claim(store, "kept", "a")
+    complete(store, "kept", "a", c.fence, b"old row")
+    # Back to version 1: the table without its functions.
+    sql(pg_url, f"DROP FUNCTION {pg_table}_claim")
+    sql(pg_url, f"DROP FUNCTION {pg_table}_complete")
+    sql(
+        pg_url, "UPDATE langchain_idempotent_schema SET version = 1 WHERE table_name = %s", pg_table
+    )
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup migrated it
+        rows = sql(
+            pg_url,
+            "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
+            pg_table,
+        )
+        assert rows == [(pg_module.SCHEMA_VERSION,)]
+    finally:
+        fresh.close()
+
+
+def test_a_table_of_a_newer_schema_is_refused(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    store.setup()
+    sql(
+        pg_url,
+        "UPDATE langchain_idempotent_schema SET version = 99 WHERE table_name = %s",
+        pg_table,
+    )
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        with pytest.raises(StoreUnavailableError, match="newer"):
+            fresh.claim("k", owner="a", fingerprint="fp", lease_ms=1000, ttl_ms=1000)
+    finally:
+        fresh.close()
+
+
+def test_without_auto_setup_a_missing_table_is_a_store_error_naming_the_key(
+    pg_url: str, pg_table: str
+) -> None:
+    s = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, auto_setup=False)
+    try:
+        with pytest.raises(StoreUnavailableError) as err:
+            claim(s, "the-key", "a")
+        assert err.value.key == "the-key"
+        assert isinstance(err.value.__cause__, psycopg.Error)
+        s.setup()
+        assert claim(s, "the-key", "a").outcome is ClaimOutcome.ACQUIRED
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("table", ["Records", "x-y", "a" * 41, "1abc", ""])
+def test_a_table_name_that_is_not_a_plain_lower_case_identifier_is_refused(
+    pg_url: str, table: str
+) -> None:
+    with pytest.raises(ValueError, match="table must be"):
+        PostgresIdempotencyStore.from_url(pg_url, table=table)
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+def test_a_record_of_an_unknown_format_version_is_refused_skipped_and_deletable(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    claim(store, "bad", "a", meta={"thread_id": "t"})
+    claim(store, "good", "a", meta={"thread_id": "t"})
+    sql(pg_url, f"UPDATE {pg_table} SET version = 99 WHERE key = 'bad'")
+    with pytest.raises(CorruptRecordError) as err:
+        claim(store, "bad", "b")
+    assert err.value.key == "bad"
+    with pytest.raises(CorruptRecordError):
+        complete(store, "bad", "a", 1, b"r")
+    with pytest.raises(CorruptRecordError):
+        store.get("bad")
+    assert [r.key for r in store.list(thread_id="t")] == ["good"]
+    assert store.delete("bad")
+    assert claim(store, "bad", "b").outcome is ClaimOutcome.ACQUIRED
+
+
+def test_expired_rows_are_purged_by_later_claims_a_bounded_batch_at_a_time(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    store.setup()
+    sql(  # 300 records that expired long ago
+        pg_url,
+        f"INSERT INTO {pg_table} (key, state, owner, fence, lease_until, fingerprint, attempt,"
+        " created_at, updated_at, version, meta, expires_at)"
+        " SELECT 'old-' || i, 'completed', 'a', 1, 0, 'fp', 1, 1, 1, 1, '{}', 2"
+        " FROM generate_series(1, 300) i",
+    )
+
+    def rows() -> int:
+        return int(sql(pg_url, f"SELECT count(*) FROM {pg_table}")[0][0])
+
+    assert rows() == 300
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)  # its own counter
+    try:
+        for i in range(pg_module._SWEEP_EVERY):
+            claim(fresh, f"new-{i}", "a")
+        assert rows() == 300 - pg_module._SWEEP_LIMIT + pg_module._SWEEP_EVERY
+        for i in range(pg_module._SWEEP_EVERY):
+            claim(fresh, f"newer-{i}", "a")
+        assert rows() == 2 * pg_module._SWEEP_EVERY
+    finally:
+        fresh.close()
+
+
+def test_the_purge_and_list_statements_use_the_indexes(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    for i in range(2000):
+        claim(store, f"k{i}", "a", meta={"namespace": f"n{i % 2}", "thread_id": f"t{i}"})
+    sql(pg_url, f"ANALYZE {pg_table}")
+    q = pg_module._Queries(pg_table)
+    for query, params in (
+        q.listing(None, "t7", None),
+        q.listing("n1", "t7", 3),
+        (f"SELECT key FROM {pg_table} WHERE expires_at <= 5 ORDER BY expires_at LIMIT 256", ()),
+    ):
+        with psycopg.connect(pg_url, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute("SET enable_seqscan = off")  # tiny tables: ask if an index fits
+            cur.execute("EXPLAIN " + query, params or None)
+            plan = "\n".join(r[0] for r in cur.fetchall())
+        assert "Index" in plan, (query, plan)
+
+
+# -- time --------------------------------------------------------------------------------------
+
+
+def test_the_store_reads_the_servers_clock_never_the_hosts(
+    store: PostgresIdempotencyStore, monkeypatch: pytest.MonkeyPatch, pg_url: str
+) -> None:
+    store.setup()
+    server_before = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    host = time.time
+    monkeypatch.setattr(time, "time", lambda: host() + 86_400.0)  # the host is a day ahead
+    c = claim(store, "k", "a", lease_ms=5_000)
+    rec = store.get("k")
+    now = store.now_ms()
+    monkeypatch.undo()
+    server_after = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    assert rec is not None and c.outcome is ClaimOutcome.ACQUIRED
+    assert server_before <= rec.created_at <= now <= server_after
+    assert rec.lease_until == rec.created_at + 5_000
+
+
+async def test_anow_ms_is_the_servers_clock(store: PostgresIdempotencyStore, pg_url: str) -> None:
+    before = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    now = await store.anow_ms()
+    after = int(sql(pg_url, f"SELECT {pg_module._NOW}")[0][0])
+    assert before <= now <= after
+    await store.aclose()
+
+
+# -- wake-ups ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["complete", "release", "delete"])
+def test_a_change_by_another_store_object_wakes_a_waiter_through_notify(
+    pg_url: str, pg_table: str, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    monkeypatch.setattr(pg_module, "_FIRST_POLL", 30.0)
+    waiter = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, poll_interval=30.0)
+    writer = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        c = claim(writer, "k", "a")
+        changes = {
+            "complete": lambda: complete(writer, "k", "a", c.fence, b"r"),
+            "release": lambda: writer.release("k", owner="a", fence=c.fence),
+            "delete": lambda: writer.delete("k"),
+        }
+        timer = threading.Timer(0.3, changes[action])
+        timer.start()
+        started = time.monotonic()
+        waiter.watch("k", fence=c.fence, timeout=10.0)
+        waited = time.monotonic() - started
+        timer.join()
+        assert 0.29 <= waited < 1.0
+    finally:
+        waiter.close()
+        writer.close()
+
+
+async def test_an_async_waiter_is_woken_through_notify(
+    pg_url: str, pg_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_module, "_FIRST_POLL", 30.0)
+    waiter = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, poll_interval=30.0)
+    writer = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    c = await writer.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+
+    async def finish() -> None:
+        await asyncio.sleep(0.3)
+        await writer.acomplete(
+            "k",
+            owner="a",
+            fence=c.fence,
+            fingerprint="fp",
+            payload=b"r",
+            failed=False,
+            ttl_ms=TTL_MS,
+        )
+
+    task = asyncio.create_task(finish())
+    started = time.monotonic()
+    await waiter.awatch("k", fence=c.fence, timeout=10.0)
+    waited = time.monotonic() - started
+    await task
+    assert 0.29 <= waited < 1.0
+    await waiter.aclose()
+    await writer.aclose()
+
+
+def test_a_waiter_without_notifications_still_wakes_by_its_poll_interval(
+    pg_url: str, pg_table: str
+) -> None:
+    waiter = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, poll_interval=0.2)
+    try:
+        c = claim(waiter, "k", "a")
+        # A completion written behind the store's back (no NOTIFY): only polling sees it.
+        sql(pg_url, f"UPDATE {pg_table} SET state = 'completed', payload = 'x' WHERE key = 'k'")
+        started = time.monotonic()
+        waiter.watch("k", fence=c.fence, timeout=10.0)
+        assert time.monotonic() - started < 1.0
+    finally:
+        waiter.close()
+
+
+# -- pools -------------------------------------------------------------------------------------
+
+
+def test_the_store_shares_the_pool_of_a_langgraph_postgres_saver(
+    pg_url: str, pg_table: str
+) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    pool = ConnectionPool(
+        pg_url,
+        min_size=1,
+        max_size=4,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        open=True,
+    )
+    try:
+        saver = PostgresSaver(pool)  # type: ignore[arg-type]
+        saver.setup()
+        store = PostgresIdempotencyStore(pool, table=pg_table)
+        store.setup()
+        config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        checkpoint = empty_checkpoint()
+        saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+        c = claim(store, "k", "a")
+        assert complete(store, "k", "a", c.fence, b"r").stored
+        assert claim(store, "k", "b").payload == b"r"
+        assert saver.get_tuple(config) is not None
+        store.close()  # a pool passed in is not the store's to close
+        assert not pool.closed
+        assert claim(store, "k2", "a").outcome is ClaimOutcome.ACQUIRED
+    finally:
+        pool.close()
+
+
+async def test_a_store_on_a_sync_pool_only_serves_async_callers_too(
+    pg_url: str, pg_table: str
+) -> None:
+    pool = ConnectionPool(pg_url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
+    try:
+        store = PostgresIdempotencyStore(pool, table=pg_table)
+        c = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        assert c.outcome is ClaimOutcome.ACQUIRED
+        assert (await store.aget("k")) is not None
+    finally:
+        pool.close()
+
+
+async def test_a_store_on_an_async_pool_only_refuses_sync_calls_clearly(
+    pg_url: str, pg_table: str
+) -> None:
+    apool = AsyncConnectionPool(
+        pg_url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    await apool.open()
+    try:
+        store = PostgresIdempotencyStore(apool, table=pg_table)
+        c = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        assert c.outcome is ClaimOutcome.ACQUIRED
+        with pytest.raises(TypeError, match="only an AsyncConnectionPool"):
+            store.get("k")
+    finally:
+        await apool.close()
+
+
+def test_an_unreachable_server_is_a_store_error_naming_the_key() -> None:
+    port = free_port()
+    s = PostgresIdempotencyStore.from_url(f"postgresql://postgres@127.0.0.1:{port}/x", timeout=1.0)
+    try:
+        with pytest.raises(StoreUnavailableError) as err:
+            claim(s, "k", "a")
+        assert err.value.key == "k"
+        assert err.value.__cause__ is not None
+    finally:
+        s.close()
+
+
+def test_describe_gives_the_facts_without_the_password(pg_url: str, pg_table: str) -> None:
+    url = pg_url.replace("postgres@", "postgres:s3cret@")
+    s = PostgresIdempotencyStore.from_url(url, table=pg_table)
+    try:
+        before = s.describe()
+        assert before["kind"] == "postgres" and before["has_table"] is False
+        claim(s, "k", "a")
+        facts = s.describe()
+        assert facts["table"] == pg_table and facts["has_table"] is True
+        assert facts["schema_version"] == pg_module.SCHEMA_VERSION
+        assert facts["records"] == 1
+        assert facts["server_version"].startswith(("1", "2"))
+        assert "s3cret" not in json.dumps(facts) and "s3cret" not in repr(s)
+    finally:
+        s.close()
+
+
+def test_a_store_from_a_url_pickles_as_its_configuration(pg_url: str, pg_table: str) -> None:
+    s = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    claim(s, "k", "a")
+    copy = pickle.loads(pickle.dumps(s))
+    try:
+        assert copy.get("k") is not None and copy.table == pg_table
+    finally:
+        copy.close()
+        s.close()
