@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "IdempotencyContext": "context",
     "Policy": "policy",
     "PolicyOptions": "policy",
+    "ReconcileCall": "reconcile",
     # stores
     "BaseIdempotencyStore": "stores.base",
     "InMemoryIdempotencyStore": "stores.memory",
@@ -97,6 +98,7 @@ if TYPE_CHECKING:
     from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
     from .policy import Policy as Policy
     from .policy import PolicyOptions as PolicyOptions
+    from .reconcile import ReconcileCall as ReconcileCall
     from .settings import IdempotencySettings as IdempotencySettings
     from .settings import store_from_env as store_from_env
     from .settings import store_from_url as store_from_url

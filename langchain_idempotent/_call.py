@@ -67,6 +67,9 @@ class PendingCall:
     tool: str
     tool_input: Any  # the original input: a ToolCall envelope, a dict or a str
     tool_call_id: str | None
+    #: The validated model-visible arguments and the thread id (for a reconcile hook).
+    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    thread_id: str | None = None
     events: list[IdempotencyEvent] = dataclasses.field(default_factory=list)
     replayed: bool = False
 
@@ -100,11 +103,13 @@ class PendingCall:
             return None
         except MissingScopeError as exc:
             raise loud(exc) from None
-        return cls(derived, tool, tool_input, tool_call_id)
+        return cls(derived, tool, tool_input, tool_call_id, info.args, info.thread_id)
 
     def observe(self, event: IdempotencyEvent) -> None:
-        if event.kind in ("replay", "stale_completion"):
-            self.replayed = True
+        if event.kind in ("replay", "stale_completion") or (
+            event.kind == "reconcile" and event.detail.get("outcome") == "found"
+        ):
+            self.replayed = True  # the answer did not come from this run of the tool
         if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
@@ -118,6 +123,8 @@ class PendingCall:
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
+                args=self.args,
+                thread_id=self.thread_id,
             )
         finally:
             for event in self.events:
@@ -138,6 +145,8 @@ class PendingCall:
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
+                args=self.args,
+                thread_id=self.thread_id,
             )
         finally:
             for event in self.events:

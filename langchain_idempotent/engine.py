@@ -24,6 +24,14 @@ other owner's lease) and claims again, until ``wait_timeout`` runs out. With
 renewing; an owner that dies stops renewing, its lease expires, and the next claim is a
 takeover (or ``OutcomeUnknownError`` with ``on_expired="raise"``) instead of BUSY.
 
+A takeover is a call whose previous attempt's outcome is unknown (its owner died, was
+paused past its lease, or was cancelled mid-tool and *abandoned* the key): when a
+``reconcile`` hook is configured (:mod:`.reconcile`) the flow asks it first, and stores
+what it finds instead of running the action again. An action cancelled mid-run
+(``asyncio.CancelledError``, ``KeyboardInterrupt``: any ``BaseException`` that is not an
+``Exception``) abandons the key, so the next claimant takes over and reconciles; an
+``Exception`` the action raised itself releases it (a LangGraph ``interrupt()`` too).
+
 An action that answers without a result worth keeping (a tool error already turned into
 a message for the model) returns :class:`Unmemoized`: the key is released, so a retry
 runs again, and the wrapped value is returned to the caller.
@@ -31,11 +39,14 @@ runs again, and the wrapped value is returned to the caller.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from .context import IdempotencyContext, _current
@@ -50,7 +61,8 @@ from .errors import (
 from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, log_event, logger
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
-from .record import Claim, ClaimOutcome, Completion
+from .reconcile import ReconcileCall, Reconciler, reconciler_for
+from .record import Claim, ClaimOutcome, Completion, UncertainReason
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
 
@@ -99,7 +111,21 @@ class _ReleaseStep:
     ctx: IdempotencyContext
 
 
-_Step = _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep
+@dataclass(slots=True)
+class _AbandonStep:
+    ctx: IdempotencyContext
+    reason: UncertainReason
+
+
+@dataclass(slots=True)
+class _ReconcileStep:
+    hook: Reconciler
+    call: ReconcileCall
+
+
+_Step = (
+    _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
+) | _ReconcileStep
 _CLAIM = _ClaimStep()
 
 
@@ -107,6 +133,8 @@ _CLAIM = _ClaimStep()
 class _Outcome:
     value: Any = None
     exc: BaseException | None = None
+    #: For a reconcile step: how long the hook took.
+    duration_ms: float = 0.0
 
 
 @dataclass(slots=True)
@@ -117,6 +145,9 @@ class _Call:
     tool: str | None
     meta: Mapping[str, str] | None
     observer: EventHook | None
+    reconcile: Reconciler | None
+    args: Mapping[str, Any]
+    thread_id: str | None
     #: Transactional mode: the open transaction between the run and the complete steps.
     txn: Any = None
 
@@ -233,6 +264,20 @@ class Engine:
                     "must identify one payload (use a new key for a new request)",
                     key=call.key,
                 )
+            if call.reconcile is not None:
+                # on_expired="raise": ask first; nothing is held, so a found result is stored
+                # write-once over the record as it is (no owner).
+                found = yield from self._ask(call, claim, claim.attempt)
+                if found is not None:
+                    held = IdempotencyContext(
+                        key=call.key,
+                        fence=claim.fence,
+                        attempt=claim.attempt,
+                        takeover=True,
+                        owner=call.owner,
+                    )
+                    stored = yield from self._store_reconciled(call, held, found.value, owned=False)
+                    return stored
             self._emit(call, "outcome_unknown", claim.fence, claim.attempt)
             raise OutcomeUnknownError(
                 f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
@@ -250,10 +295,23 @@ class Engine:
             owner=call.owner,
         )
         self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
+        if ctx.takeover and call.reconcile is not None:
+            try:
+                found = yield from self._ask(call, claim, claim.attempt - 1)
+            except BaseException:
+                # Still unknown: give it back so the next claimant asks again.
+                yield from self._abandon(call, ctx, claim.reason or "lease_expired")
+                raise
+            if found is not None:
+                return (yield from self._store_reconciled(call, ctx, found.value))
         done: _Outcome = yield _RunStep(ctx)
 
         if done.exc is not None:
             failure = done.exc
+            if not isinstance(failure, Exception):
+                # Cancelled mid-tool: the effect may have happened. Keep the key uncertain.
+                yield from self._abandon(call, ctx, "cancelled")
+                raise failure
             if self._is_terminal(failure):
                 stored = yield from self._complete(
                     call, ctx, self.serializer.dumps_failure(failure), failed=True
@@ -285,7 +343,13 @@ class Engine:
         return self._replay(call, completion.payload, completion.failed)
 
     def _complete(
-        self, call: _Call, ctx: IdempotencyContext, payload: bytes, *, failed: bool
+        self,
+        call: _Call,
+        ctx: IdempotencyContext,
+        payload: bytes,
+        *,
+        failed: bool,
+        owned: bool = True,
     ) -> Generator[_Step, Any, Completion | None]:
         try:
             completion: Completion = yield _CompleteStep(ctx, payload, failed)
@@ -301,13 +365,72 @@ class Engine:
             if self.policy.transactional:
                 raise  # the tool's writes committed with the record or not at all: unknown
             return None
-        if completion.stale:
+        if completion.stale and (owned or not completion.stored):
             self._emit(
                 call, "stale_completion", ctx.fence, ctx.attempt, {"stored": completion.stored}
             )
-        elif completion.stored:
+        elif completion.stored or not owned:
             self._emit(call, "complete", ctx.fence, ctx.attempt)
         return completion
+
+    def _ask(
+        self, call: _Call, claim: Claim, previous_attempt: int
+    ) -> Generator[_Step, Any, _Outcome | None]:
+        """Ask the reconcile hook; the found result (an ``_Outcome``), ``None`` when it found
+        nothing, or the hook's exception raised."""
+        assert call.reconcile is not None
+        question = ReconcileCall(
+            key=call.key,
+            fence=claim.fence,
+            attempt=claim.attempt,
+            previous_attempt=previous_attempt,
+            tool=call.tool,
+            args=call.args,
+            thread_id=call.thread_id,
+            reason=claim.reason or "lease_expired",
+        )
+        answer: _Outcome = yield _ReconcileStep(call.reconcile, question)
+        took = {"duration_ms": round(answer.duration_ms, 3), "reason": question.reason}
+        if answer.exc is not None:
+            self._emit(call, "reconcile", claim.fence, claim.attempt, {"outcome": "error", **took})
+            raise answer.exc
+        if answer.value is None:
+            self._emit(
+                call, "reconcile", claim.fence, claim.attempt, {"outcome": "not_found", **took}
+            )
+            return None
+        self._emit(call, "reconcile", claim.fence, claim.attempt, {"outcome": "found", **took})
+        return answer
+
+    def _store_reconciled(
+        self, call: _Call, ctx: IdempotencyContext, value: Any, *, owned: bool = True
+    ) -> Generator[_Step, Any, Any]:
+        """Store what the hook found as the call's result (write-once) and return it; if a
+        result was stored first (a resumed owner), that one is returned. ``owned=False``
+        (``on_expired="raise"``): stored over the record without holding its lease."""
+        try:
+            payload = self.serializer.dumps(value, key=call.key)
+        except (IdempotencyError, ValueError):
+            if owned:
+                yield from self._abandon(call, ctx, "lease_expired")
+            raise
+        completion = yield from self._complete(call, ctx, payload, failed=False, owned=owned)
+        if completion is None or completion.stored:
+            return value
+        return self._replay(call, completion.payload, completion.failed)
+
+    def _abandon(
+        self, call: _Call, ctx: IdempotencyContext, reason: UncertainReason
+    ) -> Generator[_Step, Any, None]:
+        try:
+            abandoned = yield _AbandonStep(ctx, reason)
+        except IdempotencyError as exc:
+            self._emit(
+                call, "store_error", ctx.fence, ctx.attempt, {"op": "abandon", "error": str(exc)}
+            )
+            return
+        if abandoned:
+            self._emit(call, "abandon", ctx.fence, ctx.attempt, {"reason": reason})
 
     def _release(self, call: _Call, ctx: IdempotencyContext) -> Generator[_Step, Any, None]:
         try:
@@ -365,11 +488,23 @@ class Engine:
         tool: str | None,
         meta: Mapping[str, str] | None,
         observer: EventHook | None,
+        args: Mapping[str, Any] | None,
+        thread_id: str | None,
     ) -> _Call:
         if not isinstance(key, str) or not key:
             raise ValueError("the idempotency key must be a non-empty string")
         # Owner tokens need uniqueness, not secrecy; random reseeds itself after fork().
-        return _Call(key, fingerprint, f"{random.getrandbits(96):024x}", tool, meta, observer)
+        return _Call(
+            key,
+            fingerprint,
+            f"{random.getrandbits(96):024x}",
+            tool,
+            meta,
+            observer,
+            reconciler_for(self.policy.reconcile, tool),
+            MappingProxyType(dict(args or {})),
+            thread_id,
+        )
 
     # -- sync driver ------------------------------------------------------------------
 
@@ -382,9 +517,14 @@ class Engine:
         tool: str | None = None,
         meta: Mapping[str, str] | None = None,
         observer: EventHook | None = None,
+        args: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
     ) -> T:
-        """Run ``action`` once for ``key`` and return its result, or replay the stored one."""
-        call = self._call(key, fingerprint, tool, meta, observer)
+        """Run ``action`` once for ``key`` and return its result, or replay the stored one.
+
+        ``args`` and ``thread_id`` are what a reconcile hook is told about the call; the
+        hook is ``policy.reconcile`` (its entry for ``tool`` when it is a mapping)."""
+        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id)
         steps = self._flow(call)
         reply: Any = None
         error: BaseException | None = None
@@ -431,6 +571,12 @@ class Engine:
             )
         if isinstance(step, _ReleaseStep):
             return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
+        if isinstance(step, _AbandonStep):
+            return store.abandon(
+                call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason
+            )
+        if isinstance(step, _ReconcileStep):
+            return _ask_sync(step)
         assert isinstance(step, _WatchStep)
         store.watch(call.key, fence=step.fence, timeout=step.timeout)
         return None
@@ -497,9 +643,11 @@ class Engine:
         tool: str | None = None,
         meta: Mapping[str, str] | None = None,
         observer: EventHook | None = None,
+        args: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
     ) -> T:
         """The async twin of :meth:`run`; ``action`` returns an awaitable."""
-        call = self._call(key, fingerprint, tool, meta, observer)
+        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id)
         steps = self._flow(call)
         reply: Any = None
         error: BaseException | None = None
@@ -547,6 +695,14 @@ class Engine:
             )
         if isinstance(step, _ReleaseStep):
             return await store.arelease(call.key, owner=call.owner, fence=step.ctx.fence)
+        if isinstance(step, _AbandonStep):
+            # Shielded: the caller is usually being cancelled; a second cancellation must
+            # not stop the record from saying so.
+            return await asyncio.shield(
+                store.aabandon(call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason)
+            )
+        if isinstance(step, _ReconcileStep):
+            return await _ask_async(step)
         assert isinstance(step, _WatchStep)
         await store.awatch(call.key, fence=step.fence, timeout=step.timeout)
         return None
@@ -601,3 +757,49 @@ def _refused(call: _Call, step: _CompleteStep, completion: Completion) -> Comple
         "nothing was recorded; retry to get the other worker's result",
         key=call.key,
     )
+
+
+# -- asking a reconcile hook (sync or async, from either driver) ---------------------------
+
+
+def _ask_sync(step: _ReconcileStep) -> _Outcome:
+    """Call the hook; an async hook runs to completion on a private event loop (the sync
+    driver has none of its own)."""
+    started = time.perf_counter()
+    try:
+        value = step.hook(step.call)
+        if inspect.isawaitable(value):
+            value = _run_awaitable(value)
+    except Exception as exc:
+        return _Outcome(exc=exc, duration_ms=(time.perf_counter() - started) * 1000)
+    return _Outcome(value=value, duration_ms=(time.perf_counter() - started) * 1000)
+
+
+def _run_awaitable(awaitable: Awaitable[Any]) -> Any:
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    # A sync tool called on a thread that runs a loop: finish the hook on another thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
+async def _ask_async(step: _ReconcileStep) -> _Outcome:
+    """Await an async hook; a sync one runs in a worker thread (it may block on I/O)."""
+    started = time.perf_counter()
+    try:
+        if inspect.iscoroutinefunction(step.hook):
+            value = await step.hook(step.call)
+        else:
+            value = await asyncio.to_thread(step.hook, step.call)
+            if inspect.isawaitable(value):
+                value = await value
+    except Exception as exc:
+        return _Outcome(exc=exc, duration_ms=(time.perf_counter() - started) * 1000)
+    return _Outcome(value=value, duration_ms=(time.perf_counter() - started) * 1000)

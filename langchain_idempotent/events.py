@@ -16,6 +16,11 @@ Stable event kinds (``IdempotencyEvent.kind``):
 ``fail_open``          the store was down and the tool ran unprotected (``fail_open``)
 ``complete``           a result was stored
 ``release``            the lease was released after a retryable error
+``abandon``            the call was cancelled mid-tool (or its reconcile hook failed):
+                       the key stays uncertain, the next claimant takes over
+``reconcile``          a reconcile hook was asked about an uncertain call; ``detail``:
+                       ``outcome`` (``found``, ``not_found``, ``error``), ``duration_ms``
+                       and ``reason``
 =====================  ===============================================================
 
 Logging goes to ``logging.getLogger("langchain_idempotent")`` and children; no handler
@@ -54,6 +59,8 @@ EventKind = Literal[
     "fail_open",
     "complete",
     "release",
+    "abandon",
+    "reconcile",
 ]
 #: Every kind, in the order above.
 EVENT_KINDS: tuple[EventKind, ...] = typing.get_args(EventKind)
@@ -75,6 +82,8 @@ _KINDS: dict[EventKind, tuple[int, bool]] = {
     "outcome_unknown": (logging.ERROR, True),
     "store_error": (logging.ERROR, True),
     "fail_open": (logging.ERROR, True),
+    "abandon": (logging.WARNING, True),
+    "reconcile": (logging.WARNING, True),
 }
 #: The kinds dispatched as callback events.
 SURFACED_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if surfaced)

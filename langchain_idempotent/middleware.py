@@ -16,7 +16,7 @@ is formatted as the ``ToolMessage`` LangChain would make of it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Unpack, cast
 
 try:
@@ -50,7 +50,9 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     ``store`` is required (as for :func:`~langchain_idempotent.idempotent`); ``tools`` names
     the tools with side effects (names or the tools themselves). ``policy`` is a whole
     :class:`~langchain_idempotent.Policy`; the keyword ``options`` are its fields and win
-    over it. Nothing is read from the environment here.
+    over it (``reconcile={"issue_refund": refund_status}`` gives a reconcile hook per tool,
+    a single function is asked for every named tool). Nothing is read from the
+    environment here.
     """
 
     def __init__(
@@ -67,6 +69,14 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if not names or not all(isinstance(n, str) and n for n in names):
             raise ValueError("IdempotencyMiddleware(tools=...) needs the names of the tools")
         self.tool_names = frozenset(names)
+        hooks = options.get("reconcile")
+        if isinstance(hooks, Mapping):
+            unknown = sorted(set(hooks) - self.tool_names)
+            if unknown:
+                raise ValueError(
+                    f"reconcile= names {', '.join(unknown)}, which tools= does not: a hook is "
+                    "only asked for the tools this middleware makes idempotent"
+                )
         self.engine = build_engine(
             store, policy=policy, options=options, on_event=on_event, who="IdempotencyMiddleware"
         )

@@ -24,6 +24,7 @@ from typing import Any, TypedDict, Unpack
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
 from .keys import KeyFunction, Scope
+from .reconcile import ReconcileOption, check_reconcile
 from .record import ExpiredPolicy
 
 __all__ = ["Policy", "PolicyOptions"]
@@ -67,6 +68,10 @@ class Policy:
     #: the completion in it: the tool's writes on ``get_idempotency_context().connection``
     #: and the record commit together, only while this run still owns the lease.
     transactional: bool = field(default=False, metadata=_CODE_ONLY)
+    #: Asked on every takeover of a call whose outcome is unknown (sync or async, one
+    #: function or a dict per tool name): the result if the effect happened, else ``None``
+    #: (:mod:`langchain_idempotent.reconcile`).
+    reconcile: ReconcileOption | None = field(default=None, metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -105,6 +110,7 @@ class Policy:
             )
         if not isinstance(self.transactional, bool):
             raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
+        check_reconcile(self.reconcile)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
@@ -133,7 +139,7 @@ class Policy:
     ) -> Policy:
         """A policy from ``<prefix><FIELD>`` variables (``IDEMPOTENCY_LEASE=12``,
         ``IDEMPOTENCY_ON_EXPIRED=raise``, ...), read once, now; unset fields keep their
-        defaults. ``terminal_exceptions`` and ``allowed_types`` are code-only.
+        defaults. ``terminal_exceptions``, ``allowed_types`` and ``reconcile`` are code-only.
 
         Values are parsed with pydantic for the field's type (durations: seconds or an ISO
         8601 duration); a bad value is a ``ValueError`` naming the variable.
@@ -175,6 +181,7 @@ class PolicyOptions(TypedDict, total=False):
     namespace: str
     scope: Scope | KeyFunction
     transactional: bool
+    reconcile: ReconcileOption | None
 
 
 def option_names() -> tuple[str, ...]:

@@ -17,6 +17,10 @@ claim (``rec`` is the record under ``key``, ``now`` the store clock)::
         policy "takeover"           -> TAKEOVER   fence + 1, attempt + 1, new owner
         policy "raise"              -> EXPIRED    nothing written (outcome unknown)
 
+A TAKEOVER or EXPIRED answer carries ``reason``: ``"lease_expired"``, or the reason an
+abandoned record names (``"cancelled"``, ...). Neither FREE nor an absent record is
+uncertain: a released key failed in a way the tool itself reported.
+
 renew: extends the lease only while ``RUNNING`` with the caller's owner and fence.
 
 complete (write-once): the first completion is stored whoever sends it (a stale owner that
@@ -26,6 +30,12 @@ owner and fence.
 
 release: back to ``FREE`` (fence kept, so fences keep increasing) only while ``RUNNING``
 with the caller's owner and fence.
+
+abandon (an owner cancelled mid-tool, which cannot know whether its effect happened):
+only while ``RUNNING`` with the caller's owner and fence, the record stays ``RUNNING`` with
+``lease_until`` 0 and ``owner`` naming the reason (``"!cancelled"``, see
+:func:`~langchain_idempotent.record.abandoned_owner`): the next claim is a TAKEOVER at once,
+with that reason, instead of a clean ACQUIRED. Fence and attempt are kept.
 """
 
 from __future__ import annotations
@@ -41,9 +51,18 @@ from .record import (
     ExpiredPolicy,
     Record,
     State,
+    UncertainReason,
+    abandoned_owner,
+    abandoned_reason,
 )
 
-__all__ = ["decide_claim", "decide_complete", "decide_release", "decide_renew"]
+__all__ = [
+    "decide_abandon",
+    "decide_claim",
+    "decide_complete",
+    "decide_release",
+    "decide_renew",
+]
 
 
 def decide_claim(
@@ -103,13 +122,22 @@ def decide_claim(
             ),
             None,
         )
+    reason = abandoned_reason(rec.owner) or "lease_expired"
     if on_expired == "raise":
-        return Claim(ClaimOutcome.EXPIRED, fence=rec.fence, attempt=rec.attempt), None
-    return _take(rec, ClaimOutcome.TAKEOVER, owner=owner, now=now, lease_ms=lease_ms)
+        return Claim(
+            ClaimOutcome.EXPIRED, fence=rec.fence, attempt=rec.attempt, reason=reason
+        ), None
+    return _take(rec, ClaimOutcome.TAKEOVER, owner=owner, now=now, lease_ms=lease_ms, reason=reason)
 
 
 def _take(
-    rec: Record, outcome: ClaimOutcome, *, owner: str, now: int, lease_ms: int
+    rec: Record,
+    outcome: ClaimOutcome,
+    *,
+    owner: str,
+    now: int,
+    lease_ms: int,
+    reason: UncertainReason | None = None,
 ) -> tuple[Claim, Record]:
     new = replace(
         rec,
@@ -121,7 +149,7 @@ def _take(
         payload=None,
         updated_at=now,
     )
-    return Claim(outcome, fence=new.fence, attempt=new.attempt), new
+    return Claim(outcome, fence=new.fence, attempt=new.attempt, reason=reason), new
 
 
 def decide_renew(
@@ -188,3 +216,13 @@ def decide_release(
     if rec is None or rec.state is not State.RUNNING or rec.owner != owner or rec.fence != fence:
         return False, None
     return True, replace(rec, state=State.FREE, owner="", lease_until=0, updated_at=now)
+
+
+def decide_abandon(
+    rec: Record | None, *, owner: str, fence: int, reason: UncertainReason, now: int
+) -> tuple[bool, Record | None]:
+    """Give the key up with its outcome unknown, only for the current owner and fence: the
+    next claim takes over at once and is told ``reason``."""
+    if rec is None or rec.state is not State.RUNNING or rec.owner != owner or rec.fence != fence:
+        return False, None
+    return True, replace(rec, owner=abandoned_owner(reason), lease_until=0, updated_at=now)

@@ -18,6 +18,9 @@ __all__ = [
     "ExpiredPolicy",
     "Record",
     "State",
+    "UncertainReason",
+    "abandoned_owner",
+    "abandoned_reason",
 ]
 
 #: Version of the record layout; stored in every record and checked on read.
@@ -25,6 +28,30 @@ FORMAT_VERSION = 1
 
 #: What a claim does with a running record whose lease has expired.
 ExpiredPolicy = Literal["takeover", "raise"]
+
+#: Why the outcome of a previous attempt is unknown (a takeover's ``Claim.reason``):
+#: ``lease_expired`` its owner stopped renewing (died, or paused past its lease: the two
+#: cannot be told apart); ``cancelled`` its owner was cancelled mid-tool and said so
+#: (:meth:`~langchain_idempotent.stores.base.BaseIdempotencyStore.abandon`);
+#: ``lease_lost`` its owner gave the call up after finding its lease gone while it ran.
+UncertainReason = Literal["lease_expired", "cancelled", "lease_lost"]
+
+#: An abandoned record's ``owner`` is this prefix and the reason (``"!cancelled"``): no
+#: owner token starts with it, so the owner that gave up can no longer renew or release,
+#: and its ``lease_until`` is 0, so the next claim takes over at once.
+_ABANDONED = "!"
+
+
+def abandoned_owner(reason: UncertainReason) -> str:
+    """The ``owner`` an abandoned record carries."""
+    return _ABANDONED + reason
+
+
+def abandoned_reason(owner: str) -> UncertainReason | None:
+    """The reason an abandoned record's ``owner`` names, or ``None`` for a real owner."""
+    if owner.startswith(_ABANDONED) and owner[1:] in ("cancelled", "lease_lost", "lease_expired"):
+        return owner[1:]  # type: ignore[return-value]
+    return None
 
 
 class State(StrEnum):
@@ -60,6 +87,11 @@ class Record:
     def lease_live(self, now_ms: int) -> bool:
         return self.state is State.RUNNING and self.lease_until > now_ms
 
+    def uncertain(self, now_ms: int) -> bool:
+        """Whether the last attempt started and did not finish: ``RUNNING`` with its lease
+        passed or given up (its side effect may or may not have happened)."""
+        return self.state is State.RUNNING and self.lease_until <= now_ms
+
 
 class ClaimOutcome(StrEnum):
     REPLAY = "replay"
@@ -94,6 +126,8 @@ class Claim:
     failed: bool = False
     #: For REPLAY: the stored payload.
     payload: bytes | None = None
+    #: For TAKEOVER and EXPIRED: why the previous attempt's outcome is unknown.
+    reason: UncertainReason | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -298,8 +298,8 @@ def idempotent(
     :class:`~langchain_idempotent.policy.Policy` (e.g. ``Policy.from_env()``); the keyword
     ``options`` are its fields (``lease``, ``ttl``, ``wait_timeout``, ``on_expired``,
     ``fail_open``, ``terminal_exceptions``, ``allowed_types``, ``namespace``, ``scope``,
-    ...) and win over ``policy``; an unknown name is a ``TypeError``. Nothing is read
-    from the environment here.
+    ``reconcile``, ...) and win over ``policy``; an unknown name is a ``TypeError``. Nothing
+    is read from the environment here.
     """
     engine = build_engine(
         store, policy=policy, options=options, on_event=on_event, who="idempotent()"

@@ -25,7 +25,7 @@ from langchain_idempotent import (
     get_idempotency_context,
 )
 from langchain_idempotent.engine import Unmemoized
-from langchain_idempotent.record import State
+from langchain_idempotent.record import ClaimOutcome, State
 
 
 class Refused(Exception):
@@ -154,8 +154,27 @@ def test_a_terminal_error_is_stored_and_re_raised_on_replay_without_running() ->
     assert rec is not None and rec.state is State.FAILED
 
 
-@pytest.mark.parametrize("exc", [KeyboardInterrupt(), GraphInterrupt(), SystemExit(3)])
-def test_base_exceptions_and_control_flow_release_the_lease_and_propagate(
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3)])
+def test_an_interrupted_run_leaves_the_key_uncertain_for_a_takeover_and_propagates(
+    exc: BaseException,
+) -> None:
+    # Interrupted mid-tool, the effect may have happened: not a clean retryable error.
+    store = InMemoryIdempotencyStore()
+    engine = Engine(store, Policy(terminal_exceptions=(Exception,)))
+
+    def boom() -> str:
+        raise exc
+
+    with pytest.raises(type(exc)):
+        engine.run("k", fingerprint="f", action=boom)
+    rec = store.get("k")
+    assert rec is not None and rec.state is State.RUNNING and rec.uncertain(store.now_ms())
+    claim = store.claim("k", owner="next", fingerprint="f", lease_ms=1000, ttl_ms=1000)
+    assert (claim.outcome, claim.reason, claim.attempt) == (ClaimOutcome.TAKEOVER, "cancelled", 2)
+
+
+@pytest.mark.parametrize("exc", [GraphInterrupt()])
+def test_control_flow_releases_the_lease_and_propagates(
     exc: BaseException,
 ) -> None:
     # The adapters name LangGraph's control flow (interrupt(), parent commands) as never
@@ -174,8 +193,8 @@ def test_base_exceptions_and_control_flow_release_the_lease_and_propagate(
     assert rec is not None and rec.state is State.FREE
 
 
-async def test_cancellation_releases_the_lease() -> None:
-    engine, store, _ = make()
+async def test_cancellation_leaves_the_key_uncertain_for_a_takeover() -> None:
+    engine, store, events = make()
 
     async def slow() -> str:
         await asyncio.sleep(10)
@@ -187,7 +206,14 @@ async def test_cancellation_releases_the_lease() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     rec = store.get("k")
-    assert rec is not None and rec.state is State.FREE
+    assert rec is not None and rec.state is State.RUNNING and rec.uncertain(store.now_ms())
+
+    async def fast() -> str:
+        return "again"
+
+    assert await engine.arun("k", fingerprint="f", action=fast) == "again"
+    assert [e.kind for e in events] == ["claim", "abandon", "takeover", "complete"]
+    assert events[1].detail == {"reason": "cancelled"}
 
 
 def test_the_same_key_with_other_arguments_is_rejected() -> None:

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from langchain_idempotent.protocol import (
+    decide_abandon,
     decide_claim,
     decide_complete,
     decide_release,
@@ -210,7 +211,7 @@ def test_a_lease_ending_exactly_now_has_expired() -> None:
 def test_an_expired_lease_is_taken_over_with_the_next_fence_and_attempt() -> None:
     rec = running("a", fence=2, lease_until=T0 - 1)
     answer, new = claim(rec, "b", lease_ms=250)
-    assert answer == Claim(ClaimOutcome.TAKEOVER, fence=3, attempt=3)
+    assert answer == Claim(ClaimOutcome.TAKEOVER, fence=3, attempt=3, reason="lease_expired")
     assert written(new) == replace(
         rec, owner="b", fence=3, attempt=3, lease_until=T0 + 250, updated_at=T0
     )
@@ -218,7 +219,7 @@ def test_an_expired_lease_is_taken_over_with_the_next_fence_and_attempt() -> Non
 
 def test_an_expired_lease_is_reported_under_raise_and_nothing_is_written() -> None:
     answer, new = claim(running("a", fence=2, lease_until=T0 - 1), "b", on_expired="raise")
-    assert answer == Claim(ClaimOutcome.EXPIRED, fence=2, attempt=2)
+    assert answer == Claim(ClaimOutcome.EXPIRED, fence=2, attempt=2, reason="lease_expired")
     assert new is None
 
 
@@ -532,3 +533,51 @@ def test_refusals_never_write_and_grants_always_do(ops: list[Op]) -> None:
             assert (new is not None) == answer.stored, answer
         elif isinstance(answer, bool):
             assert (new is not None) == answer
+
+
+# -- abandon: a cancelled owner leaves the key uncertain --------------------------------
+
+
+def test_an_owner_abandons_its_running_key_keeping_fence_and_attempt() -> None:
+    rec = running("a", fence=2, lease_until=T0 + 1000)
+    ok, new = decide_abandon(rec, owner="a", fence=2, reason="cancelled", now=T0)
+    assert ok
+    assert written(new) == replace(rec, owner="!cancelled", lease_until=0, updated_at=T0)
+    assert written(new).uncertain(T0)
+
+
+def test_the_claim_after_an_abandon_is_a_takeover_told_why_even_within_the_old_lease() -> None:
+    _, new = decide_abandon(
+        running("a", fence=2, lease_until=T0 + 1000), owner="a", fence=2, reason="cancelled", now=T0
+    )
+    answer, taken = claim(written(new), "b", lease_ms=250)
+    assert answer == Claim(ClaimOutcome.TAKEOVER, fence=3, attempt=3, reason="cancelled")
+    assert written(taken).owner == "b"
+    raised, unchanged = claim(written(new), "b", on_expired="raise")
+    assert raised == Claim(ClaimOutcome.EXPIRED, fence=2, attempt=2, reason="cancelled")
+    assert unchanged is None
+
+
+@pytest.mark.parametrize(
+    ("owner", "fence"), [("b", 2), ("a", 1), ("a", 3)], ids=["other owner", "old", "newer"]
+)
+def test_only_the_owner_at_its_fence_abandons(owner: str, fence: int) -> None:
+    rec = running("a", fence=2, lease_until=T0 + 1000)
+    assert decide_abandon(rec, owner=owner, fence=fence, reason="cancelled", now=T0) == (
+        False,
+        None,
+    )
+
+
+def test_a_free_done_or_absent_key_cannot_be_abandoned() -> None:
+    free = replace(running("a", fence=2, lease_until=0), state=State.FREE, owner="")
+    for rec in (None, free, replace(running("a", fence=2, lease_until=0), state=State.COMPLETED)):
+        assert decide_abandon(rec, owner="a", fence=2, reason="cancelled", now=T0) == (False, None)
+
+
+def test_a_released_key_is_acquired_not_taken_over() -> None:
+    _, free = decide_release(
+        running("a", fence=2, lease_until=T0 + 1000), owner="a", fence=2, now=T0
+    )
+    answer, _ = claim(written(free), "b")
+    assert (answer.outcome, answer.reason) == (ClaimOutcome.ACQUIRED, None)

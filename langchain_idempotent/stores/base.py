@@ -1,4 +1,4 @@
-"""The store protocol: five record operations, a watch, the store's clock, and operator
+"""The store protocol: six record operations, a watch, the store's clock, and operator
 helpers.
 
 Every operation has an ``a``-prefixed async twin. The default async twins run the sync
@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from ..record import Claim, Completion, ExpiredPolicy, Record
+from ..record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 
 __all__ = ["BaseIdempotencyStore"]
 
@@ -67,6 +67,14 @@ class BaseIdempotencyStore(ABC):
     @abstractmethod
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         """Free the key after a retryable error; only for the current owner and fence."""
+
+    @abstractmethod
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        """Give the key up with its outcome unknown (the owner was cancelled mid-tool); only
+        for the current owner and fence. The record stays ``RUNNING`` with its lease ended,
+        so the next claim is a TAKEOVER told ``reason``. Wakes waiters like a release."""
 
     @abstractmethod
     def get(self, key: str) -> Record | None:
@@ -186,6 +194,11 @@ class BaseIdempotencyStore(ABC):
 
     async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
         return await asyncio.to_thread(self.release, key, owner=owner, fence=fence)
+
+    async def aabandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        return await asyncio.to_thread(self.abandon, key, owner=owner, fence=fence, reason=reason)
 
     async def aget(self, key: str) -> Record | None:
         return await asyncio.to_thread(self.get, key)

@@ -14,8 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..protocol import decide_claim, decide_complete, decide_release, decide_renew
-from ..record import Claim, Completion, ExpiredPolicy, Record, State
+from ..protocol import (
+    decide_abandon,
+    decide_claim,
+    decide_complete,
+    decide_release,
+    decide_renew,
+)
+from ..record import Claim, Completion, ExpiredPolicy, Record, State, UncertainReason
 from ._wakeup import Wakeup
 from .base import BaseIdempotencyStore
 
@@ -134,6 +140,21 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             self._wakeup.notify(key)
         return ok
 
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        with self._lock:
+            now = self.now_ms()
+            entry = self._records.get(key)
+            ok, new = decide_abandon(
+                self._read(key, now), owner=owner, fence=fence, reason=reason, now=now
+            )
+            if new is not None and entry is not None:
+                self._records[key] = (new, entry[1])
+        if ok:
+            self._wakeup.notify(key)
+        return ok
+
     def get(self, key: str) -> Record | None:
         with self._lock:
             return self._read(key, self.now_ms())
@@ -240,6 +261,11 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
 
     async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
         return self.release(key, owner=owner, fence=fence)
+
+    async def aabandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        return self.abandon(key, owner=owner, fence=fence, reason=reason)
 
     async def aget(self, key: str) -> Record | None:
         return self.get(key)

@@ -11,7 +11,8 @@ Spec:
   reads it), read *after* the write lock is taken. One host, one clock: the store is for
   processes on one machine.
 - **Retention.** A claim keeps the row ``max(ttl, lease)`` past now, a completion ``ttl``
-  past now, a renewal at least ``lease`` past now, a release does not change it. A row
+  past now, a renewal at least ``lease`` past now, a release or an abandon does not change
+  it. A row
   past its expiry is absent to every operation; every 64th write transaction deletes up
   to 256 expired rows through the ``expires_at`` index (never a full-table scan per call).
 - **Columns.** One per :class:`~langchain_idempotent.record.Record` field (``meta`` as JSON
@@ -35,7 +36,7 @@ Spec:
 - **Connections.** Opened lazily, pooled (at most 8 idle), each used by one thread at a
   time. Constructing a store touches no file. After ``fork()`` the child opens its own
   connections; the parent's are never used *or closed* in the child (SQLite forbids both).
-- **Wake-ups.** ``watch`` wakes at once for a completion, release or delete made through
+- **Wake-ups.** ``watch`` wakes at once for a completion, release, abandon or delete made through
   any store object of this process on the same key, and polls the file with backoff
   (2 ms doubling up to ``poll_interval``, default 50 ms) for changes made by other
   processes. It never sleeps past the lease deadline it last read.
@@ -65,8 +66,22 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .._durations import to_seconds
 from ..errors import CorruptRecordError, StoreUnavailableError
-from ..protocol import decide_claim, decide_complete, decide_release, decide_renew
-from ..record import FORMAT_VERSION, Claim, Completion, ExpiredPolicy, Record, State
+from ..protocol import (
+    decide_abandon,
+    decide_claim,
+    decide_complete,
+    decide_release,
+    decide_renew,
+)
+from ..record import (
+    FORMAT_VERSION,
+    Claim,
+    Completion,
+    ExpiredPolicy,
+    Record,
+    State,
+    UncertainReason,
+)
 from ._wakeup import Wakeup
 from .base import BaseIdempotencyStore
 
@@ -290,6 +305,18 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
             ok, new = decide_release(rec, owner=owner, fence=fence, now=now)
+            return ok, new, expires or now
+
+        ok = self._transact(key, decide)
+        if ok:
+            self._wakeup.notify(key)
+        return ok
+
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
+            ok, new = decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now)
             return ok, new, expires or now
 
         ok = self._transact(key, decide)

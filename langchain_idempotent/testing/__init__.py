@@ -9,6 +9,8 @@ inline, as sync code) and once against their async twins. The guarantees, by mod
 - ``_claim``: acquire, replay, mismatch, busy, owned, takeover, expired;
 - ``_lease``: release and renew only for the owner at its fence, fences only grow, a stale
   owner cannot renew or release;
+- ``_abandon``: a cancelled owner's abandon leaves the key for an immediate takeover told
+  the reason (``cancelled``), never a clean first run; only the owner at its fence may;
 - ``_complete``: write-once, stale completions, retention (TTL);
 - ``_watch``: how soon a watch returns;
 - ``_operator``: get, list, delete, purge, close;
@@ -22,7 +24,7 @@ Besides the decision table, the suite holds every store to these rules:
   ending exactly now has expired;
 - a record expires ``ttl_ms`` after the write that set it, but never while its lease is
   live (a TTL shorter than the lease must not let a second caller in);
-- ``watch``/``awatch`` return within ``wake_latency_s`` of a completion or release made by
+- ``watch``/``awatch`` return within ``wake_latency_s`` of a completion, release or abandon made by
   another thread, task or process; at once when the record is absent, done or at another
   fence; by the lease deadline when nobody finishes; by ``timeout`` otherwise — and not
   before, while nothing changed (a waiter must not spin);
@@ -54,6 +56,7 @@ Timing tests use short leases and the store's own clock; tune ``short_lease_ms``
 
 from __future__ import annotations
 
+from ._abandon import AbandonContract
 from ._claim import ClaimContract
 from ._clock import FakeClock
 from ._complete import CompleteContract
@@ -68,6 +71,7 @@ __all__ = ["FakeClock", "StoreContractTests"]
 
 class StoreContractTests(
     ClaimContract,
+    AbandonContract,
     LeaseContract,
     CompleteContract,
     WatchContract,

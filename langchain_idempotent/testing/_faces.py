@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
 
 import pytest
 
-from ..record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record
+from ..record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
 from ..stores.base import BaseIdempotencyStore
 
 #: A lease that never expires during a test.
@@ -151,6 +151,12 @@ class Face:
     async def release(self, key: str, *, owner: str, fence: int) -> bool:
         s = self.store
         return await self._call(s.release, s.arelease, key, owner=owner, fence=fence)
+
+    async def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        s = self.store
+        return await self._call(s.abandon, s.aabandon, key, owner=owner, fence=fence, reason=reason)
 
     async def get(self, key: str) -> Record | None:
         return await self._call(self.store.get, self.store.aget, key)

@@ -13,7 +13,13 @@ from typing import Any, Literal, TypeVar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..protocol import decide_claim, decide_complete, decide_release, decide_renew
+from ..protocol import (
+    decide_abandon,
+    decide_claim,
+    decide_complete,
+    decide_release,
+    decide_renew,
+)
 from ..record import Claim, ClaimOutcome, ExpiredPolicy, Record
 from ._faces import FP, LONG_MS, OTHER_FP, ContractBase, Face, run_inline
 
@@ -51,7 +57,7 @@ class ModelContract(ContractBase):
 
 # -- operations ---------------------------------------------------------------------------
 
-_Kind = Literal["claim", "renew", "complete", "release"]
+_Kind = Literal["claim", "renew", "complete", "release", "abandon"]
 _PAYLOADS = (b"", b"r1", b"\x00\xff", b"result-3")
 
 
@@ -70,7 +76,13 @@ class _Op:
     via_async: bool
 
 
-_KINDS: tuple[_Kind, ...] = ("claim",) * 3 + ("renew", "release", "release", "complete")
+_KINDS: tuple[_Kind, ...] = ("claim",) * 3 + (
+    "renew",
+    "release",
+    "release",
+    "complete",
+    "abandon",
+)
 _FENCES = (None, None, None, 0, 1, 2, 3)
 _RADIX = (len(_KINDS), 2, 3, len(_FENCES), len(_PAYLOADS), 2, 2, 2, 8)
 
@@ -131,6 +143,10 @@ class _Model:
             )
         elif op.kind == "release":
             answer, new = decide_release(rec, owner=owner, fence=fence, now=self.now)
+        elif op.kind == "abandon":
+            answer, new = decide_abandon(
+                rec, owner=owner, fence=fence, reason="cancelled", now=self.now
+            )
         else:
             answer, new = decide_complete(
                 rec,
@@ -212,6 +228,8 @@ class _Harness:
             return face.renew(key, owner=owner, fence=fence, lease_ms=LONG_MS)
         if op.kind == "release":
             return face.release(key, owner=owner, fence=fence)
+        if op.kind == "abandon":
+            return face.abandon(key, owner=owner, fence=fence)
         payload = _PAYLOADS[op.payload]
         return face.complete(key, owner, fence, payload, failed=op.failed, meta=meta)
 

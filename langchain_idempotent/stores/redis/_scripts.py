@@ -1,7 +1,7 @@
 """The wire contract of the Redis store: the Lua scripts, how they are sent, what they return.
 
 Each script is one store operation, run atomically on the server that holds the record
-(claim, renew, complete and release implement the decision table of
+(claim, renew, complete, release and abandon implement the decision table of
 :mod:`langchain_idempotent.protocol`): the shared :data:`_PRELUDE` (the server clock, and
 ``load``, which refuses anything that is not a record of this format) followed by one body,
 headed by comments naming its ``KEYS``, ``ARGV`` and reply. The argument builders
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,16 @@ from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
 from ...errors import CorruptRecordError
-from ...record import FORMAT_VERSION, Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, State
+from ...record import (
+    FORMAT_VERSION,
+    Claim,
+    ClaimOutcome,
+    Completion,
+    ExpiredPolicy,
+    Record,
+    State,
+    UncertainReason,
+)
 
 _log = logging.getLogger("langchain_idempotent.stores.redis")
 #: Ask redis-py for raw bytes whatever the client's ``decode_responses``.
@@ -42,6 +52,7 @@ _RAW: dict[str, Any] = {NEVER_DECODE: True}
 _VERSION = str(FORMAT_VERSION)
 _STATES = {s.value.encode(): s for s in State}
 _OUTCOMES = {o.value.encode(): o for o in ClaimOutcome}
+_REASONS: dict[bytes, UncertainReason] = {r.encode(): r for r in typing.get_args(UncertainReason)}
 
 # -- Lua ---------------------------------------------------------------------------------
 
@@ -92,7 +103,9 @@ _CLAIM = """
 -- ARGV[6]   format version
 -- ARGV[7..] meta as name, value pairs (stored as m:<name> when the record is created)
 -- Returns {outcome, fence, attempt, retry_after_ms, failed (0/1), payload (replay only)};
--- a 'CORRUPT ...' error when the key holds something else.
+-- takeover and expired add {.., '', reason}: 'lease_expired', or the reason an abandoned
+-- record's owner names ('!cancelled' -> 'cancelled').
+-- A 'CORRUPT ...' error when the key holds something else.
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[6])
 if bad then return redis.error_reply('CORRUPT ' .. bad) end
@@ -119,11 +132,12 @@ if not rec then
   return {'acquired', 1, 1, 0, 0}
 end
 
-local function take(outcome)
+local function take(outcome, reason)
   local fence, attempt = rec.fence + 1, rec.attempt + 1
   redis.call('HSET', key, 'state', 'running', 'owner', ARGV[1], 'fence', fence,
              'attempt', attempt, 'lease_until', now + lease, 'updated_at', now)
   redis.call('PEXPIRE', key, expire)
+  if reason then return {outcome, fence, attempt, 0, 0, '', reason} end
   return {outcome, fence, attempt, 0, 0}
 end
 
@@ -137,8 +151,10 @@ end
 if rec.lease_until > now then
   return {'busy', rec.fence, rec.attempt, rec.lease_until - now, 0}
 end
-if ARGV[5] == 'raise' then return {'expired', rec.fence, rec.attempt, 0, 0} end
-return take('takeover')
+local reason = 'lease_expired'
+if string.sub(rec.owner, 1, 1) == '!' then reason = string.sub(rec.owner, 2) end
+if ARGV[5] == 'raise' then return {'expired', rec.fence, rec.attempt, 0, 0, '', reason} end
+return take('takeover', reason)
 """
 
 _RENEW = """
@@ -217,6 +233,25 @@ redis.call('PUBLISH', key .. ':done', 'free')
 return 1
 """
 
+_ABANDON = """
+-- abandon: give the key up with its outcome unknown (protocol.decide_abandon), only for the
+-- current owner and fence: stays running, lease_until 0, owner '!'..reason, so the next
+-- claim takes over at once and is told the reason. Wakes waiters.
+-- KEYS[1]  the record hash (channel KEYS[1]..':done' is published on)
+-- ARGV[1]  owner token   ARGV[2] fence   ARGV[3] format version   ARGV[4] reason
+-- Returns 1 when abandoned, 0 when the caller was not the owner.
+local key = KEYS[1]
+local rec, bad = load(key, ARGV[3])
+if bad then return redis.error_reply('CORRUPT ' .. bad) end
+if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
+   or rec.fence ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', key, 'owner', '!' .. ARGV[4], 'lease_until', 0, 'updated_at', now_ms())
+redis.call('PUBLISH', key .. ':done', 'abandoned')
+return 1
+"""
+
 _PROBE = """
 -- probe (for watch): is the record still RUNNING at the waiter's fence with a live lease?
 -- KEYS[1]  the record hash
@@ -258,6 +293,7 @@ _CLAIM_SCRIPT = _Script.of(_CLAIM)
 _RENEW_SCRIPT = _Script.of(_RENEW)
 _COMPLETE_SCRIPT = _Script.of(_COMPLETE)
 _RELEASE_SCRIPT = _Script.of(_RELEASE)
+_ABANDON_SCRIPT = _Script.of(_ABANDON)
 _PROBE_SCRIPT = _Script.of(_PROBE)
 _DELETE_SCRIPT = _Script.of(_DELETE)
 
@@ -344,7 +380,8 @@ def _to_claim(reply: Any, key: str) -> Claim:
             attempt=reply[2],
             retry_after_ms=reply[3],
             failed=reply[4] == 1,
-            payload=reply[5] if len(reply) > 5 else None,
+            payload=reply[5] if len(reply) > 5 and outcome is ClaimOutcome.REPLAY else None,
+            reason=_REASONS[reply[6]] if len(reply) > 6 else None,
         )
     except (KeyError, IndexError, TypeError) as exc:
         raise CorruptRecordError(f"unexpected claim reply {reply!r}", key=key) from exc

@@ -23,8 +23,10 @@ Spec:
   :meth:`~RedisIdempotencyStore.describe` reports what the servers say about eviction,
   persistence and replication (:mod:`._describe`).
 - **Retention.** A claim sets ``PEXPIRE max(ttl, lease)``, a completion ``PEXPIRE ttl``, a
-  renewal raises the expiry to at least ``lease`` from now, a release leaves it alone.
-- **Wake-ups.** A completion, a release and a delete ``PUBLISH`` on the record's channel.
+  renewal raises the expiry to at least ``lease`` from now, a release or an abandon leaves
+  it alone.
+- **Wake-ups.** A completion, a release, an abandon and a delete ``PUBLISH`` on the
+  record's channel.
   :meth:`~RedisIdempotencyStore.watch` subscribes *first* (and waits for Redis to confirm),
   then checks the record, and returns at once if it is no longer RUNNING at the waiter's
   fence or its lease has passed; otherwise it waits for a message, at most until the
@@ -91,7 +93,7 @@ import redis
 import redis.asyncio
 
 from ...errors import StoreUnavailableError
-from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record
+from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
 from ..base import BaseIdempotencyStore
 from ._clients import (
     _BACKEND_ERRORS,
@@ -106,6 +108,7 @@ from ._clients import (
 )
 from ._describe import describe_servers, time_ms
 from ._scripts import (
+    _ABANDON_SCRIPT,
     _CLAIM_SCRIPT,
     _COMPLETE_SCRIPT,
     _DELETE_SCRIPT,
@@ -421,6 +424,16 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
         return bool(await self._aeval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        return bool(self._eval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+
+    async def aabandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        return bool(await self._aeval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
 
     def get(self, key: str) -> Record | None:
         try:
