@@ -12,7 +12,9 @@ Spec:
   row (``SELECT ... FOR UPDATE``; a race to insert an absent key is settled by the primary
   key and retried inside the function), applies the decision table of
   :mod:`langchain_idempotent.protocol` exactly and writes the row; renew and release are
-  one ``UPDATE`` whose ``WHERE`` is the owner + fence compare. Completion is write-once.
+  one ``UPDATE`` whose ``WHERE`` is the owner + fence compare, and so is abandon (the row
+  stays ``running`` with its lease ended and ``owner`` naming the reason, so the next claim
+  is a takeover told why). Completion is write-once.
   Every write compares owner and fence, except :meth:`~PostgresIdempotencyStore.delete` and
   ``purge`` (operator actions). A row of an unknown format ``version`` is refused with
   :class:`~langchain_idempotent.errors.CorruptRecordError` before anything is decided.
@@ -24,7 +26,7 @@ Spec:
   overwrites it, and every 64th claim of a store object also deletes up to 256 expired rows
   through the ``expires_at`` index (``FOR UPDATE SKIP LOCKED``, inside the same function
   call: no scan per call, no extra round trip).
-- **Wake-ups.** Completion, release, delete and purge ``pg_notify('<table>_wake',
+- **Wake-ups.** Completion, release, abandon, delete and purge ``pg_notify('<table>_wake',
   md5(key))`` in the writing transaction (delivered on commit). One listener thread per
   store object and process holds a dedicated connection (never a pooled one) with
   ``LISTEN``, started and confirmed *before* a waiter first reads the record, and wakes the
@@ -86,7 +88,16 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import CorruptRecordError, StoreUnavailableError
-from ..record import FORMAT_VERSION, Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, State
+from ..record import (
+    FORMAT_VERSION,
+    Claim,
+    ClaimOutcome,
+    Completion,
+    ExpiredPolicy,
+    Record,
+    State,
+    UncertainReason,
+)
 from ._wakeup import Wakeup
 from .base import BaseIdempotencyStore
 
@@ -96,7 +107,7 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 #: Version of the schema below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 # Lower case only: the name is used unquoted (in function and channel names too).
 _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -115,6 +126,7 @@ _ERRORS = (psycopg.Error, PoolTimeout, PoolClosed)
 # -- schema: one entry per version; setup() applies those above the stored version ---------
 #
 # Version 1: the table and its indexes. Version 2: the claim and complete functions.
+# Version 3: claim answers the takeover's reason (abandoned rows, issue 12).
 # ``{t}`` is the table name; ``;;`` lines separate statements (sent one by one, so that
 # pools with ``prepare_threshold=0``, like PostgresSaver's, can run them). The functions
 # implement protocol.py's table; comments name the rows they implement.
@@ -313,7 +325,121 @@ END
 $fn$
 """
 
-_MIGRATIONS = (_V1, _V2)
+
+_V3 = """
+-- Version 3: the claim function also answers why a takeover's outcome is unknown (the
+-- output row changes, so the function is dropped and created again).
+DROP FUNCTION IF EXISTS {t}_claim(text, text, text, bigint, bigint, boolean, jsonb, integer)
+;;
+-- claim: returns (outcome, fence, attempt, retry_after_ms, failed, payload, reason).
+-- outcome is a ClaimOutcome value, or 'corrupt' for a row of an unknown format version;
+-- reason (TAKEOVER, EXPIRED): 'lease_expired', or the reason an abandoned row's owner
+-- names ('!cancelled' -> 'cancelled', record.abandoned_owner).
+CREATE FUNCTION {t}_claim(
+    p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint,
+    p_takeover boolean, p_meta jsonb, p_sweep integer,
+    OUT outcome text, OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint,
+    OUT failed boolean, OUT payload bytea, OUT reason text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    now_ms bigint;
+    rec {t}%ROWTYPE;
+BEGIN
+    retry_after_ms := 0; failed := false;
+    IF p_sweep > 0 THEN  -- the occasional bounded purge of expired rows
+        DELETE FROM {t} WHERE key IN (
+            SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
+            ORDER BY s.expires_at LIMIT p_sweep FOR UPDATE SKIP LOCKED);
+    END IF;
+    -- Fast path, no row lock: the answers that write nothing (MISMATCH, REPLAY, BUSY) from
+    -- a plain read. Done rows never change; a running row read just before it changed
+    -- only sends a waiter to watch and claim again, as if it had asked a moment earlier.
+    SELECT * INTO rec FROM {t} WHERE key = p_key;
+    now_ms := {now};
+    IF FOUND AND rec.expires_at > now_ms AND rec.version = {version} THEN
+        o_fence := rec.fence; o_attempt := rec.attempt;
+        IF rec.fingerprint <> p_fingerprint THEN
+            outcome := 'mismatch';
+            RETURN;
+        END IF;
+        IF rec.state IN ('completed', 'failed') THEN
+            outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
+            RETURN;
+        END IF;
+        IF rec.state = 'running' AND rec.owner <> p_owner AND rec.lease_until > now_ms THEN
+            outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
+            RETURN;
+        END IF;
+    END IF;
+    -- Everything else writes: lock the row (or settle the race to insert it) and decide.
+    LOOP
+        SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
+        now_ms := {now};  -- after the lock
+        IF NOT FOUND OR rec.expires_at <= now_ms THEN
+            -- absent (an expired row is absent, and overwritten) -> ACQUIRED fence 1, attempt 1
+            IF FOUND THEN
+                DELETE FROM {t} WHERE key = p_key;
+            END IF;
+            INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
+                             payload, created_at, updated_at, version, meta, namespace,
+                             thread_id, expires_at)
+            VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
+                    NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
+                    p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
+            ON CONFLICT (key) DO NOTHING;
+            IF FOUND THEN
+                outcome := 'acquired'; o_fence := 1; o_attempt := 1;
+                RETURN;
+            END IF;
+            CONTINUE;  -- another claim inserted it first: decide on its row
+        END IF;
+        EXIT;
+    END LOOP;
+    o_fence := rec.fence; o_attempt := rec.attempt;
+    IF rec.version <> {version} THEN
+        outcome := 'corrupt';
+        RETURN;
+    END IF;
+    IF rec.fingerprint <> p_fingerprint THEN  -- fingerprint differs -> MISMATCH
+        outcome := 'mismatch';
+        RETURN;
+    END IF;
+    IF rec.state IN ('completed', 'failed') THEN  -- done -> REPLAY
+        outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
+        RETURN;
+    END IF;
+    IF rec.state = 'running' AND rec.owner = p_owner THEN  -- the claimant -> OWNED
+        UPDATE {t} SET lease_until = now_ms + p_lease_ms, updated_at = now_ms,
+                       expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
+        WHERE key = p_key;
+        outcome := 'owned';
+        RETURN;
+    END IF;
+    IF rec.state = 'running' AND rec.lease_until > now_ms THEN  -- live lease -> BUSY
+        outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
+        RETURN;
+    END IF;
+    reason := CASE WHEN rec.owner IN ('!cancelled', '!lease_lost', '!lease_expired')
+                   THEN substr(rec.owner, 2) ELSE 'lease_expired' END;
+    IF rec.state = 'running' AND NOT p_takeover THEN  -- expired, policy "raise" -> EXPIRED
+        outcome := 'expired';
+        RETURN;
+    END IF;
+    -- FREE -> ACQUIRED; expired, policy "takeover" -> TAKEOVER: fence + 1, attempt + 1
+    outcome := CASE WHEN rec.state = 'free' THEN 'acquired' ELSE 'takeover' END;
+    IF rec.state = 'free' THEN
+        reason := NULL;
+    END IF;
+    o_fence := rec.fence + 1; o_attempt := rec.attempt + 1;
+    UPDATE {t} SET state = 'running', owner = p_owner, fence = o_fence, attempt = o_attempt,
+                   lease_until = now_ms + p_lease_ms, payload = NULL, updated_at = now_ms,
+                   expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
+    WHERE key = p_key;
+END
+$fn$
+"""
+
+_MIGRATIONS = (_V1, _V2, _V3)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -604,6 +730,26 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
         async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
             await cur.execute(self._q.release, (key, owner, fence))
+            row = await cur.fetchone()
+            return bool(row and row[0])
+
+        return await self._async(key, run)
+
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        def run(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(self._q.abandon, (reason, key, owner, fence))
+            row = cur.fetchone()
+            return bool(row and row[0])
+
+        return self._sync(key, run)
+
+    async def aabandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
+            await cur.execute(self._q.abandon, (reason, key, owner, fence))
             row = await cur.fetchone()
             return bool(row and row[0])
 
@@ -1243,6 +1389,14 @@ class _Queries:
             f"AND owner = %s AND fence = %s AND expires_at > c.now_ms RETURNING key) "
             f"SELECT count(pg_notify('{t}_wake', md5(u.key))) FROM u"
         )
+        # abandon (protocol.decide_abandon): stays running, lease ended, owner names the reason.
+        self.abandon = (
+            f"WITH c AS (SELECT {_NOW} AS now_ms), "
+            f"u AS (UPDATE {t} SET owner = '!' || %s, lease_until = 0, "
+            f"updated_at = c.now_ms FROM c WHERE key = %s AND state = 'running' "
+            f"AND owner = %s AND fence = %s AND expires_at > c.now_ms RETURNING key) "
+            f"SELECT count(pg_notify('{t}_wake', md5(u.key))) FROM u"
+        )
         self.get = (
             f"SELECT c.now_ms, r.{_COLUMNS.replace(', ', ', r.')} "
             f"FROM (SELECT {_NOW} AS now_ms) c "
@@ -1326,7 +1480,7 @@ def _corrupt(key: str, table: str, why: str) -> CorruptRecordError:
 
 
 def _claim_answer(key: str, row: Any, table: str) -> Claim:
-    outcome, fence, attempt, retry_after, failed, payload = row
+    outcome, fence, attempt, retry_after, failed, payload, reason = row
     if outcome == "corrupt":
         raise _corrupt(key, table, "unknown format version")
     return Claim(
@@ -1336,6 +1490,7 @@ def _claim_answer(key: str, row: Any, table: str) -> Claim:
         retry_after_ms=int(retry_after),
         failed=bool(failed),
         payload=None if payload is None else bytes(payload),
+        reason=reason,
     )
 
 
