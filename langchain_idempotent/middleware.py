@@ -32,7 +32,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from ._call import PendingCall, build_engine, unmemoized_if_error
+from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
 from ._compat import format_tool_output
 from .events import EventHook
 from .keys import TURN_CONFIG_KEY, model_schema, turn_from_messages
@@ -53,6 +53,11 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     over it (``reconcile={"issue_refund": refund_status}`` gives a reconcile hook per tool,
     a single function is asked for every named tool). Nothing is read from the
     environment here.
+
+    ``approval=True`` (or a predicate of the call, or a dict of tool names to those) asks
+    a human before each new effect of the named tools, once per key, with LangChain's HITL
+    request format (see :mod:`langchain_idempotent.approval`). Use it instead of
+    ``HumanInTheLoopMiddleware`` for effectful tools; that one stays fine for the others.
     """
 
     def __init__(
@@ -90,6 +95,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         pending = self._pending(request, config)
         if pending is None:
             return handler(request)
+        verdict = decide(pending, self.engine, config)
+        if verdict.rejection is not None:
+            return verdict.rejection
+        request, pending = _edited(request, verdict), verdict.pending
         result = pending.run(self.engine, lambda: unmemoized_if_error(handler(request)), config)
         return _as_message(result, request, pending) if pending.replayed else result
 
@@ -102,6 +111,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         pending = self._pending(request, config)
         if pending is None:
             return await handler(request)
+        verdict = await adecide(pending, self.engine, config)
+        if verdict.rejection is not None:
+            return verdict.rejection
+        request, pending = _edited(request, verdict), verdict.pending
 
         async def action() -> Any:
             return unmemoized_if_error(await handler(request))
@@ -130,6 +143,13 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             config=config,
             policy=policy,
         )
+
+
+def _edited(request: ToolCallRequest, verdict: Verdict) -> ToolCallRequest:
+    """The request with the reviewer's arguments, when they edited the call."""
+    if verdict.edited is None:
+        return request
+    return request.override(tool_call={**request.tool_call, "args": dict(verdict.edited)})
 
 
 def _config(request: ToolCallRequest) -> RunnableConfig:

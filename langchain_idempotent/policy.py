@@ -23,6 +23,7 @@ from typing import Any, TypedDict, Unpack
 
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
+from .approval import ApprovalSetting, check_setting
 from .keys import KeyFunction, Scope
 from .reconcile import ReconcileOption, check_reconcile
 from .record import ExpiredPolicy
@@ -68,6 +69,9 @@ class Policy:
     #: the completion in it: the tool's writes on ``get_idempotency_context().connection``
     #: and the record commit together, only while this run still owns the lease.
     transactional: bool = field(default=False, metadata=_CODE_ONLY)
+    #: Ask a human before a new effect (see :mod:`.approval`): ``True``, a predicate of the
+    #: call, or a dict of tool names to those. Completed effects replay without asking.
+    approval: ApprovalSetting = field(default=False, metadata=_CODE_ONLY)
     #: Asked on every takeover of a call whose outcome is unknown (sync or async, one
     #: function or a dict per tool name): the result if the effect happened, else ``None``
     #: (:mod:`langchain_idempotent.reconcile`).
@@ -110,6 +114,7 @@ class Policy:
             )
         if not isinstance(self.transactional, bool):
             raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
+        check_setting(self.approval)
         check_reconcile(self.reconcile)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
@@ -181,6 +186,7 @@ class PolicyOptions(TypedDict, total=False):
     namespace: str
     scope: Scope | KeyFunction
     transactional: bool
+    approval: ApprovalSetting
     reconcile: ReconcileOption | None
 
 

@@ -33,7 +33,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._call import PendingCall, build_engine, unmemoized_if_error
+from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
 from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
 from .engine import Engine
 from .events import EventHook
@@ -150,9 +150,9 @@ class IdempotentTool(BaseTool):
             policy=self.policy,
         )
 
-    def _start(self, input: Any, config: RunnableConfig | None) -> tuple[RunnableConfig, Any]:
-        config = ensure_config(config)
-        pending = self._derive(input, config)
+    def _start(
+        self, input: Any, config: RunnableConfig, pending: PendingCall | None
+    ) -> tuple[RunnableConfig, Any]:
         if pending is not None:
             config = patch_config(config)
             config["metadata"] = {
@@ -162,18 +162,39 @@ class IdempotentTool(BaseTool):
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        config, token = self._start(input, config)
+        config = ensure_config(config)
+        pending = self._derive(input, config)
+        if pending is not None:
+            verdict = decide(pending, self.engine, config)
+            if verdict.rejection is not None:
+                return self._rejected(verdict)
+            input, pending = verdict.tool_input, verdict.pending
+        config, token = self._start(input, config, pending)
         try:
             return super().invoke(input, config, **kwargs)
         finally:
             _pending.reset(token)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        config, token = self._start(input, config)
+        config = ensure_config(config)
+        pending = self._derive(input, config)
+        if pending is not None:
+            verdict = await adecide(pending, self.engine, config)
+            if verdict.rejection is not None:
+                return self._rejected(verdict)
+            input, pending = verdict.tool_input, verdict.pending
+        config, token = self._start(input, config, pending)
         try:
             return await super().ainvoke(input, config, **kwargs)
         finally:
             _pending.reset(token)
+
+    @staticmethod
+    def _rejected(verdict: Verdict) -> Any:
+        """A rejected call's answer: the error ToolMessage for a ToolCall, else its text."""
+        message = verdict.rejection
+        assert message is not None
+        return message if verdict.pending.tool_call_id is not None else message.content
 
     # -- run: the engine around the inner tool ------------------------------------------
 
@@ -298,8 +319,14 @@ def idempotent(
     :class:`~langchain_idempotent.policy.Policy` (e.g. ``Policy.from_env()``); the keyword
     ``options`` are its fields (``lease``, ``ttl``, ``wait_timeout``, ``on_expired``,
     ``fail_open``, ``terminal_exceptions``, ``allowed_types``, ``namespace``, ``scope``,
-    ``reconcile``, ...) and win over ``policy``; an unknown name is a ``TypeError``. Nothing
-    is read from the environment here.
+    ``approval``, ``reconcile``, ...) and win over ``policy``; an unknown name is a
+    ``TypeError``. Nothing is read from the environment here.
+
+    ``approval=True`` (or a predicate of the call, e.g. ``lambda call:
+    call.args["amount"] > 500``) asks a human through LangGraph's ``interrupt()`` before
+    each new effect, once per key (see :mod:`langchain_idempotent.approval`).
+    ``reconcile=fn`` is asked on every takeover of a call whose outcome is unknown (see
+    :mod:`langchain_idempotent.reconcile`).
     """
     engine = build_engine(
         store, policy=policy, options=options, on_event=on_event, who="idempotent()"

@@ -107,6 +107,9 @@ FOREIGN_MODULES = [
     "redis.asyncio",
     "redis.cluster",
     "redis.sentinel",
+    "psycopg",
+    "langgraph.checkpoint.postgres",
+    "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
 ]

@@ -409,3 +409,34 @@ def test_the_middleware_refuses_a_hook_for_a_tool_it_does_not_wrap() -> None:
 def test_reconcile_must_be_a_function_or_a_dict_of_them() -> None:
     with pytest.raises(TypeError, match="reconcile="):
         idempotent(lambda x: x, InMemoryIdempotencyStore(), reconcile="lookup")  # type: ignore[arg-type]
+
+
+def test_ls_uncertain_lists_only_records_whose_last_attempt_did_not_finish(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from langchain_idempotent.cli import main
+
+    store = SqliteIdempotencyStore(tmp_path / "r.db")
+    for key in ("done", "cancelled", "running", "free"):
+        c = store.claim(key, owner="a", fingerprint="f", lease_ms=60_000, ttl_ms=60_000)
+        if key == "done":
+            store.complete(
+                key,
+                owner="a",
+                fence=c.fence,
+                fingerprint="f",
+                payload=b"1",
+                failed=False,
+                ttl_ms=60_000,
+            )
+        elif key == "cancelled":
+            assert store.abandon(key, owner="a", fence=c.fence)
+        elif key == "free":
+            assert store.release(key, owner="a", fence=c.fence)
+    store.close()
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["ls", "--uncertain", "--json", "--url", url]) == 0
+    listed = json.loads(capsys.readouterr().out)["records"]
+    assert [r["key"] for r in listed] == ["cancelled"]

@@ -2,7 +2,7 @@
 
 ::
 
-    langchain-idempotent ls      [--namespace N] [--thread T] [--limit K] [--json]
+    langchain-idempotent ls      [--namespace N] [--thread T] [--limit K] [--json] [--uncertain]
     langchain-idempotent show    KEY [--json]
     langchain-idempotent purge   --thread T [--namespace N] [--yes]
     langchain-idempotent delete  KEY [--yes]
@@ -169,6 +169,11 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--thread", help="only this thread id")
     ls.add_argument("--limit", type=_positive_int, help="at most this many (oldest first)")
     ls.add_argument("--json", action="store_true", help="one JSON document")
+    ls.add_argument(
+        "--uncertain",
+        action="store_true",
+        help="only records whose last attempt did not finish (its effect may have happened)",
+    )
 
     show = sub.add_parser("show", parents=[common], help="one record, payload decoded")
     show.add_argument("key")

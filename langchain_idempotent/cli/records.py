@@ -32,8 +32,12 @@ _MAX_SHOWN = 4000
 
 
 def ls(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **_: Any) -> int:
-    records = store.list(namespace=args.namespace, thread_id=args.thread, limit=args.limit)
+    uncertain = getattr(args, "uncertain", False)
+    limit = None if uncertain else args.limit
+    records = store.list(namespace=args.namespace, thread_id=args.thread, limit=limit)
     now = store.now_ms()
+    if uncertain:  # the last attempt started and did not finish (lease over or abandoned)
+        records = [rec for rec in records if rec.uncertain(now)][: args.limit]
     if args.json:
         docs = [_summary(rec, now) for rec in records]
         print(json.dumps({"records": docs, "count": len(docs)}, indent=2), file=out)
@@ -98,6 +102,16 @@ def _summary(rec: Record, now: int) -> dict[str, Any]:
     }
 
 
+def _approval_text(meta: Any) -> str:
+    """``approve by alice``, ``edit of <key> by bob``: the human decision behind a record."""
+    text = str(meta["approval"])
+    if meta.get("approval_of"):
+        text += f" of {meta['approval_of']}"
+    if meta.get("reviewer"):
+        text += f" by {meta['reviewer']}"
+    return text
+
+
 def _duration(ms: int) -> str:
     s = max(0, ms) // 1000
     if s < 60:
@@ -150,6 +164,8 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
         ("format", f"version {rec.version}"),
         ("payload", "-" if rec.payload is None else f"{len(rec.payload)} bytes"),
     ]
+    if "approval" in rec.meta:
+        lines.append(("approval", _approval_text(rec.meta)))
     for name, value in lines:
         print(f"{name + ':':<13}{'' if value is None else value}", file=out)
     if status == "outcome_unknown":
