@@ -1,10 +1,12 @@
 """The refund agent inside a real LangGraph Agent Server (``langgraph dev``), driven by
 ``langgraph_sdk``: each scenario runs the protected assistant and the plain one.
 
-CI subset (this file): the blocking-call detector, double-texting (``interrupt`` and
-``rollback``), and ``create_agent`` + ``ToolRetryMiddleware`` (in-process). The long
-scenarios (server SIGKILL and restart, re-dispatch to a second server, DBOS recovery) are
-in ``tests/faults/test_agent_server_long.py`` and run in the campaign.
+CI subset: this file (the blocking-call detector, double-texting with ``interrupt`` and
+``rollback``), ``tests/test_tool_retry_middleware.py`` (``create_agent`` +
+``ToolRetryMiddleware``, in-process) and ``tests/faults/test_dbos_recovery.py`` (DBOS
+recovery after a SIGKILL). The long scenarios (server SIGKILL and restart, which waits for
+the dev server's 10 s flush; re-dispatch to a second server, a 10 s tool) are in
+``tests/faults/test_agent_server_long.py`` and run in the campaign (``python -m tests.faults``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Long Agent Server scenarios (campaign only: ``python -m tests.faults``).
+"""Long Agent Server scenarios (campaign only: ``python -m tests.faults``): the server
+SIGKILLed mid-tool and restarted, and a run re-dispatched to a second server.
 
 Re-dispatch: the platform hands a thread whose run outlives its heartbeat to a second
 worker while the first still runs the tool. The in-memory runtime has one worker and never
