@@ -75,8 +75,9 @@ def _provider_url() -> str:
     url = os.environ.get("REFUND_PROVIDER_URL")
     if not url:
         raise RuntimeError(
-            "set REFUND_PROVIDER_URL to the payment provider's URL (python -m graphs.provider "
-            "or graphs.provider.PaymentProvider) before starting the server"
+            "set REFUND_PROVIDER_URL to the payment provider's URL (start one with "
+            "graphs.provider.PaymentProvider(path, invoices=[...]).start()) before starting "
+            "the server"
         )
     return url
 
