@@ -19,7 +19,10 @@ tools that outlast a third of their lease)::
       |<-- result -----|                          |
 
 A duplicate that finds the key BUSY watches it (woken by the store, never past the
-other owner's lease) and claims again, until ``wait_timeout`` runs out.
+other owner's lease) and claims again, until ``wait_timeout`` runs out. With
+``wait_timeout=None`` (``wait_timeout_s`` is infinite) it waits while the owner keeps
+renewing; an owner that dies stops renewing, its lease expires, and the next claim is a
+takeover (or ``OutcomeUnknownError`` with ``on_expired="raise"``) instead of BUSY.
 
 A takeover is a call whose previous attempt's outcome is unknown (its owner died, was
 paused past its lease, or was cancelled mid-tool and *abandoned* the key): when a
@@ -232,7 +235,7 @@ class Engine:
                 break
             if outcome is ClaimOutcome.BUSY:
                 now = time.monotonic()
-                if deadline is None:
+                if deadline is None:  # infinite for wait_timeout=None: the lease bounds it
                     deadline = now + policy.wait_timeout_s
                 left = deadline - now
                 if left <= 0:

@@ -13,6 +13,7 @@ unless asked: :meth:`Policy.from_env` reads ``IDEMPOTENCY_<FIELD>`` once, when c
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from collections.abc import Mapping
@@ -42,8 +43,10 @@ class Policy:
     #: human-in-the-loop thread that resumes later than this can run the tool again.
     ttl: float | timedelta = timedelta(hours=24)
     #: How long a duplicate call waits for the owner's result before ``InProgressError``
-    #: (``0``: do not wait).
-    wait_timeout: float | timedelta = 60.0
+    #: (``0``: do not wait). ``None``: wait as long as the owner keeps renewing its lease
+    #: (a tool that runs for minutes); if the owner dies, the wait ends when its lease
+    #: expires and the waiter takes over (or raises, per ``on_expired``).
+    wait_timeout: float | timedelta | None = 60.0
     #: An expired lease with no result: ``"takeover"`` re-runs with the same key passed
     #: downstream; ``"raise"`` raises ``OutcomeUnknownError`` and leaves the record.
     on_expired: ExpiredPolicy = "takeover"
@@ -76,6 +79,7 @@ class Policy:
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
+    #: ``wait_timeout`` in seconds; ``math.inf`` for ``wait_timeout=None``.
     wait_timeout_s: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -84,7 +88,11 @@ class Policy:
         object.__setattr__(self, "lease_s", lease_s)
         object.__setattr__(self, "ttl_s", ttl_s)
         object.__setattr__(
-            self, "wait_timeout_s", to_seconds(self.wait_timeout, "wait_timeout", allow_zero=True)
+            self,
+            "wait_timeout_s",
+            math.inf
+            if self.wait_timeout is None
+            else to_seconds(self.wait_timeout, "wait_timeout", allow_zero=True, allow_inf=True),
         )
         if ttl_s < lease_s:
             raise ValueError(
@@ -168,7 +176,7 @@ class PolicyOptions(TypedDict, total=False):
 
     lease: float | timedelta
     ttl: float | timedelta
-    wait_timeout: float | timedelta
+    wait_timeout: float | timedelta | None
     on_expired: ExpiredPolicy
     fail_open: bool
     terminal_exceptions: tuple[type[BaseException], ...]
