@@ -1,9 +1,16 @@
-"""In-process wake-ups for stores without a server-side notification (memory, SQLite).
+"""In-process wake-ups, and the watch loop of stores that poll between them.
 
-A waiter subscribes to a key *before* it checks the record, so a change that lands
-between the check and the wait is never missed. Threads wait on a condition;
+:class:`Wakeup`: a waiter subscribes to a key *before* it checks the record, so a change
+that lands between the check and the wait is never missed. Threads wait on a condition;
 coroutines on a future resolved thread-safely on their own loop. ``notify(key)`` wakes
-both. Nothing is kept for keys nobody waits on.
+both. Nothing is kept for keys nobody waits on. The memory store notifies it on every
+change; SQLite for changes made in this process; PostgreSQL from its ``LISTEN`` thread.
+
+:func:`watch_polling` / :func:`awatch_polling`: the watch of a store whose wake-ups can be
+missed (another process wrote the record): read the record, sleep until a wake-up, the
+lease deadline or a poll interval that doubles from ``first_poll`` up to
+``poll_interval``, and read again, until the record stops being RUNNING at the waiter's
+fence, its lease passes, or the watch's timeout.
 """
 
 from __future__ import annotations
@@ -11,9 +18,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["Wakeup"]
+if TYPE_CHECKING:
+    from ..record import Record
+
+__all__ = ["LeaseProbe", "Wakeup", "awatch_polling", "watch_polling"]
+
+#: Reads the record under the watched key and the store's clock (ms).
+Read = Callable[[], "tuple[Record | None, int]"]
+AsyncRead = Callable[[], Awaitable["tuple[Record | None, int]"]]
 
 
 class _Watch:
@@ -92,3 +108,84 @@ class Wakeup:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class LeaseProbe:
+    """One watch's view of the record: whether it stopped being RUNNING at ``fence`` (or its
+    lease passed), and when its lease ends on this host's monotonic clock."""
+
+    __slots__ = ("changed", "fence", "lease_end")
+
+    def __init__(self, fence: int) -> None:
+        self.fence = fence
+        self.changed = False
+        self.lease_end = float("inf")
+
+    def update(self, rec: Record | None, now: int) -> bool:
+        if rec is None or not rec.lease_live(now) or rec.fence != self.fence:
+            self.changed = True
+        else:
+            self.lease_end = time.monotonic() + (rec.lease_until - now) / 1000 + 0.001
+        return self.changed
+
+    def slice(self, deadline: float, delay: float) -> float | None:
+        """How long to sleep next; ``None`` once the watch's own timeout has passed."""
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        return max(0.0, min(deadline - now, self.lease_end - now, delay))
+
+
+def watch_polling(
+    wakeup: Wakeup,
+    topic: str,
+    *,
+    fence: int,
+    timeout: float,
+    read: Read,
+    first_poll: float,
+    poll_interval: float,
+) -> None:
+    """Block until the record changes (see the module docstring); ``topic`` is what
+    ``wakeup.notify`` is called with for this key."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    probe = LeaseProbe(fence)
+
+    def changed() -> bool:
+        return probe.update(*read())
+
+    delay = first_poll
+    changed()  # learn the lease deadline before choosing the first sleep
+    while not probe.changed:
+        wait = probe.slice(deadline, delay)
+        if wait is None:
+            return
+        wakeup.wait(topic, changed, wait)
+        delay = min(delay * 2, poll_interval)
+
+
+async def awatch_polling(
+    wakeup: Wakeup,
+    topic: str,
+    *,
+    fence: int,
+    timeout: float,
+    read: AsyncRead,
+    first_poll: float,
+    poll_interval: float,
+) -> None:
+    """The async twin of :func:`watch_polling`."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    probe = LeaseProbe(fence)
+
+    async def changed() -> bool:
+        return probe.update(*await read())
+
+    delay = first_poll
+    await changed()
+    while not probe.changed:
+        wait = probe.slice(deadline, delay)
+        if wait is None:
+            return
+        await wakeup.await_(topic, changed, wait)
+        delay = min(delay * 2, poll_interval)

@@ -82,7 +82,7 @@ from ..record import (
     State,
     UncertainReason,
 )
-from ._wakeup import Wakeup
+from ._wakeup import Wakeup, awatch_polling, watch_polling
 from .base import BaseIdempotencyStore
 
 __all__ = ["SqliteIdempotencyStore"]
@@ -334,32 +334,26 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
     # -- watch ---------------------------------------------------------------------------
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
-        probe = _Probe(self, key, fence)
-        deadline = time.monotonic() + max(0.0, timeout)
-        delay = _FIRST_POLL
-        probe()  # learn the lease deadline before choosing the first sleep
-        while not probe.changed:
-            wait = probe.slice(deadline, delay)
-            if wait is None:
-                return
-            self._wakeup.wait(key, probe, wait)
-            delay = min(delay * 2, self._poll_interval)
+        watch_polling(
+            self._wakeup,
+            key,
+            fence=fence,
+            timeout=timeout,
+            read=lambda: (self.get(key), self.now_ms()),
+            first_poll=_FIRST_POLL,
+            poll_interval=self._poll_interval,
+        )
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
-        probe = _Probe(self, key, fence)
-        deadline = time.monotonic() + max(0.0, timeout)
-        delay = _FIRST_POLL
-
-        async def changed() -> bool:
-            return await asyncio.to_thread(probe)
-
-        await changed()  # learn the lease deadline before choosing the first sleep
-        while not probe.changed:
-            wait = probe.slice(deadline, delay)
-            if wait is None:
-                return
-            await self._wakeup.await_(key, changed, wait)
-            delay = min(delay * 2, self._poll_interval)
+        await awatch_polling(
+            self._wakeup,
+            key,
+            fence=fence,
+            timeout=timeout,
+            read=lambda: asyncio.to_thread(lambda: (self.get(key), self.now_ms())),
+            first_poll=_FIRST_POLL,
+            poll_interval=self._poll_interval,
+        )
 
     # -- operator helpers ----------------------------------------------------------------
 
@@ -715,31 +709,6 @@ class _Conn:
         self.db = db
         self.pid = pid
         self.generation = generation
-
-
-class _Probe:
-    """One watch: reads the record, remembers whether it changed and when its lease ends."""
-
-    def __init__(self, store: SqliteIdempotencyStore, key: str, fence: int) -> None:
-        self.store, self.key, self.fence = store, key, fence
-        self.changed = False
-        self.lease_end = float("inf")  # monotonic seconds
-
-    def __call__(self) -> bool:
-        rec = self.store.get(self.key)
-        now = self.store.now_ms()
-        if rec is None or not rec.lease_live(now) or rec.fence != self.fence:
-            self.changed = True
-        else:
-            self.lease_end = time.monotonic() + (rec.lease_until - now) / 1000 + 0.001
-        return self.changed
-
-    def slice(self, deadline: float, delay: float) -> float | None:
-        """How long to sleep next; ``None`` once the watch's own timeout has passed."""
-        now = time.monotonic()
-        if now >= deadline:
-            return None
-        return max(0.0, min(deadline - now, self.lease_end - now, delay))
 
 
 def _decode(key: str, row: Any, table: str) -> Record:

@@ -8,7 +8,7 @@ writing transaction (see :mod:`._sql`), so a notification is delivered on commit
 waiters of that key through an in-process :class:`~langchain_idempotent.stores._wakeup.Wakeup`.
 A waiter also re-reads the record on a doubling delay from :data:`_FIRST_POLL` up to
 ``poll_interval`` (the bounded fallback for a dropped listener), and never sleeps past the
-lease deadline it last read (:class:`_Probe`).
+lease deadline it last read (:func:`~langchain_idempotent.stores._wakeup.watch_polling`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import asyncio
 import hashlib
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 
 from ...record import Record
-from .._wakeup import Wakeup
+from .._wakeup import Wakeup, awatch_polling, watch_polling
 
 _log = logging.getLogger("langchain_idempotent.stores.postgres")
 _FIRST_POLL = 0.002
@@ -57,40 +56,28 @@ class _Waiters:
         self.wakeup = Wakeup()
 
     def watch(self, key: str, fence: int, timeout: float, probe: Probe) -> None:
-        deadline = time.monotonic() + max(0.0, timeout)
         self.listen()
-        watch = _Probe(fence)
-        topic = _hash(key)
-
-        def changed() -> bool:
-            return watch.update(*probe())
-
-        delay = _FIRST_POLL
-        changed()  # learn the lease deadline before choosing the first sleep
-        while not watch.changed:
-            wait = watch.slice(deadline, delay)
-            if wait is None:
-                return
-            self.wakeup.wait(topic, changed, wait)
-            delay = min(delay * 2, self._poll_interval)
+        watch_polling(
+            self.wakeup,
+            _hash(key),
+            fence=fence,
+            timeout=timeout,
+            read=probe,
+            first_poll=_FIRST_POLL,
+            poll_interval=self._poll_interval,
+        )
 
     async def awatch(self, key: str, fence: int, timeout: float, probe: AsyncProbe) -> None:
-        deadline = time.monotonic() + max(0.0, timeout)
         await asyncio.to_thread(self.listen)  # once per store and process
-        watch = _Probe(fence)
-        topic = _hash(key)
-
-        async def changed() -> bool:
-            return watch.update(*await probe())
-
-        delay = _FIRST_POLL
-        await changed()
-        while not watch.changed:
-            wait = watch.slice(deadline, delay)
-            if wait is None:
-                return
-            await self.wakeup.await_(topic, changed, wait)
-            delay = min(delay * 2, self._poll_interval)
+        await awatch_polling(
+            self.wakeup,
+            _hash(key),
+            fence=fence,
+            timeout=timeout,
+            read=probe,
+            first_poll=_FIRST_POLL,
+            poll_interval=self._poll_interval,
+        )
 
     def listen(self) -> None:
         """Start the listener unless it runs, and wait (bounded) until it listens."""
@@ -107,28 +94,6 @@ class _Waiters:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
-
-
-class _Probe:
-    """One watch: whether the record changed and when its lease ends (monotonic)."""
-
-    def __init__(self, fence: int) -> None:
-        self.fence = fence
-        self.changed = False
-        self.lease_end = float("inf")
-
-    def update(self, rec: Record | None, now: int) -> bool:
-        if rec is None or not rec.lease_live(now) or rec.fence != self.fence:
-            self.changed = True
-        else:
-            self.lease_end = time.monotonic() + (rec.lease_until - now) / 1000 + 0.001
-        return self.changed
-
-    def slice(self, deadline: float, delay: float) -> float | None:
-        now = time.monotonic()
-        if now >= deadline:
-            return None
-        return max(0.0, min(deadline - now, self.lease_end - now, delay))
 
 
 class _Listener:
