@@ -15,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +29,6 @@ from langgraph.types import Command, interrupt
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 from langchain_idempotent.errors import IdempotencyError
 from langchain_idempotent.stores.base import BaseIdempotencyStore
-from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.graphs import (
     Effects,
     ScriptedChatModel,
@@ -67,18 +64,6 @@ def jittered(call: Any) -> bool:
     """Ask about every call, after a random pause: the threads arrive in any order."""
     time.sleep(random.random() / 100)
     return True
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseIdempotencyStore]:
-    if request.param == "memory":
-        yield InMemoryIdempotencyStore()
-    elif request.param == "sqlite":
-        sqlite = SqliteIdempotencyStore(str(tmp_path / "records.db"))
-        yield sqlite
-        sqlite.close()
-    else:
-        yield request.getfixturevalue("redis_store")
 
 
 class Reviewer:
@@ -153,13 +138,13 @@ def expected_effects(calls: list[dict[str, Any]], plan: list[dict[str, Any]]) ->
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("plan_name", list(PLANS))
 async def test_each_parallel_call_in_a_tool_node_gets_its_own_decision(
-    store: BaseIdempotencyStore, plan_name: str, mode: str
+    any_store: BaseIdempotencyStore, plan_name: str, mode: str
 ) -> None:
     plan = PLANS[plan_name]
     calls = invoices(len(plan))
     for attempt in range(3):  # three arrival orders per case
         effects = Effects()
-        refund = idempotent(refund_tool(effects), store=store, approval=jittered)
+        refund = idempotent(refund_tool(effects), store=any_store, approval=jittered)
         model = ScriptedChatModel(then=on_each_turn(*(("issue_refund", a) for a in calls)))
         graph = tool_graph(model, [refund], checkpointer=InMemorySaver())
         reviewer = Reviewer({a["invoice_id"]: d for a, d in zip(calls, plan, strict=True)})
