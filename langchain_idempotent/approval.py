@@ -24,10 +24,13 @@ it without new operations. The effect's record carries ``approval`` (``approve``
 ``edit``), ``reviewer`` and, after an edit, ``approval_of`` (the key that was asked) in
 its meta; ``langchain-idempotent show`` prints them.
 
-Each call asks with its own ``interrupt()``. LangGraph matches answers to the interrupts
-*of one task* by position; ``create_agent`` (and a graph that routes tool calls with
-``Send``) runs each call as its own task, so each question has its own interrupt id and
-is answered with ``Command(resume={interrupt_id: {"decisions": [...]}})``.
+Each call's question is an ``interrupt()`` bound to its key (:mod:`._asking`): LangGraph
+matches answers to the interrupts *of one task* by position, so the gated calls of one
+task (a hand-built ``ToolNode``) are asked one at a time, and which call a question asks
+about is recorded (a record of kind ``approval_question``) before it is raised.
+``create_agent`` (and a graph that routes tool calls with ``Send``) runs each call as its
+own task, so each question has its own interrupt id and is answered with
+``Command(resume={interrupt_id: {"decisions": [...]}})``.
 """
 
 from __future__ import annotations
