@@ -24,6 +24,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.messages.tool import ToolOutputMixin
 from pydantic import ValidationError
 
+from . import _asking
 from . import approval as _approval
 from ._compat import NEVER_TERMINAL, loud
 from .engine import Engine, Unmemoized
@@ -198,12 +199,49 @@ def _question(pending: PendingCall, engine: Engine) -> CallInfo | None:
     return info
 
 
-def _ask(pending: PendingCall, info: CallInfo) -> _approval.Decision:
-    """Interrupt the graph with the HITL request; the reviewer's decision on resume."""
-    from langgraph.types import interrupt
+def _ask(
+    pending: PendingCall, info: CallInfo, engine: Engine, config: RunnableConfig
+) -> _approval.Decision:
+    """Interrupt the graph with the HITL request; the reviewer's decision on resume. The
+    answer is bound to this call's key, not to its position (see :mod:`._asking`)."""
+    store, options = engine.store, _decision_options(pending, engine)
+    answer = _asking.ask(
+        config,
+        **_asking_call(pending, info),
+        record=lambda qkey, key: _approval.store_question(store, qkey, key, **options),
+        lookup=lambda qkey: _approval.asked_about(store.get(qkey)),
+    )
+    return _checked(pending, _approval.parse_decision(answer, pending.tool))
 
-    request = _approval.approval_request(info, pending.derived.key)
-    decision = _approval.parse_decision(interrupt(request), pending.tool)
+
+async def _aask(
+    pending: PendingCall, info: CallInfo, engine: Engine, config: RunnableConfig
+) -> _approval.Decision:
+    """The async twin of :func:`_ask`."""
+    store, options = engine.store, _decision_options(pending, engine)
+
+    async def record(qkey: str, key: str) -> None:
+        await _approval.astore_question(store, qkey, key, **options)
+
+    async def lookup(qkey: str) -> str | None:
+        return _approval.asked_about(await store.aget(qkey))
+
+    answer = await _asking.aask(config, **_asking_call(pending, info), record=record, lookup=lookup)
+    return _checked(pending, _approval.parse_decision(answer, pending.tool))
+
+
+def _asking_call(pending: PendingCall, info: CallInfo) -> dict[str, Any]:
+    key = pending.derived.key
+    return {
+        "key": key,
+        "thread_id": info.thread_id or "",
+        "tool": pending.tool,
+        "request": _approval.approval_request(info, key),
+    }
+
+
+def _checked(pending: PendingCall, decision: _approval.Decision) -> _approval.Decision:
+    """An edit whose arguments do not fit the tool's schema is refused."""
     if decision.type == "edit":
         try:
             visible_arguments(pending.schema, decision.args or {})
@@ -241,7 +279,7 @@ def _verdict(
         config=config,
         policy=policy,
     )
-    if edited is None:  # validated in _ask; a stored decision is re-checked here
+    if edited is None:  # validated in _checked; a stored decision is re-checked here
         raise ValueError(f"the stored edit of tool {pending.tool!r} no longer fits: {args!r}")
     meta["approval_of"] = pending.derived.key
     derived = dataclasses.replace(edited.derived, meta={**edited.derived.meta, **meta})
@@ -259,7 +297,7 @@ def decide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verd
         return Verdict(pending, pending.tool_input)
     decision = _approval.stored_decision(store.get(_approval.decision_key(key)))
     if decision is None:
-        decision = _ask(pending, info)
+        decision = _ask(pending, info, engine, config)
         if decision.type != "reject":
             decision = _approval.store_decision(
                 store, key, decision, **_decision_options(pending, engine)
@@ -277,7 +315,7 @@ async def adecide(pending: PendingCall, engine: Engine, config: RunnableConfig) 
         return Verdict(pending, pending.tool_input)
     decision = _approval.stored_decision(await store.aget(_approval.decision_key(key)))
     if decision is None:
-        decision = _ask(pending, info)
+        decision = await _aask(pending, info, engine, config)
         if decision.type != "reject":
             decision = await _approval.astore_decision(
                 store, key, decision, **_decision_options(pending, engine)

@@ -24,10 +24,13 @@ it without new operations. The effect's record carries ``approval`` (``approve``
 ``edit``), ``reviewer`` and, after an edit, ``approval_of`` (the key that was asked) in
 its meta; ``langchain-idempotent show`` prints them.
 
-Each call asks with its own ``interrupt()``. LangGraph matches answers to the interrupts
-*of one task* by position; ``create_agent`` (and a graph that routes tool calls with
-``Send``) runs each call as its own task, so each question has its own interrupt id and
-is answered with ``Command(resume={interrupt_id: {"decisions": [...]}})``.
+Each call's question is an ``interrupt()`` bound to its key (:mod:`._asking`): LangGraph
+matches answers to the interrupts *of one task* by position, so the gated calls of one
+task (a hand-built ``ToolNode``) are asked one at a time, and which call a question asks
+about is recorded (a record of kind ``approval_question``) before it is raised.
+``create_agent`` (and a graph that routes tool calls with ``Send``) runs each call as its
+own task, so each question has its own interrupt id and is answered with
+``Command(resume={interrupt_id: {"decisions": [...]}})``.
 """
 
 from __future__ import annotations
@@ -218,27 +221,9 @@ def store_decision(
     ttl_ms: int,
 ) -> Decision:
     """Store ``decision`` write-once; the decision already stored wins."""
-    dkey, payload = decision_key(key), decision.to_json()
-    owner = f"{random.getrandbits(96):024x}"
     full = _decision_meta(meta, key)
-    claim = store.claim(
-        dkey, owner=owner, fingerprint="approval", lease_ms=lease_ms, ttl_ms=ttl_ms, meta=full
-    )
-    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
-        return Decision.from_json(claim.payload)
-    if not claim.outcome.runs:
-        return decision  # another writer holds it for an instant; this answer is the same
-    done = store.complete(
-        dkey,
-        owner=owner,
-        fence=claim.fence,
-        fingerprint="approval",
-        payload=payload,
-        failed=False,
-        ttl_ms=ttl_ms,
-        meta=full,
-    )
-    return Decision.from_json(done.payload) if done.payload is not None else decision
+    stored = _write_once(store, decision_key(key), decision.to_json(), full, lease_ms, ttl_ms)
+    return decision if stored is None else Decision.from_json(stored)
 
 
 async def astore_decision(
@@ -251,24 +236,119 @@ async def astore_decision(
     ttl_ms: int,
 ) -> Decision:
     """The async twin of :func:`store_decision`."""
-    dkey, payload = decision_key(key), decision.to_json()
-    owner = f"{random.getrandbits(96):024x}"
     full = _decision_meta(meta, key)
-    claim = await store.aclaim(
-        dkey, owner=owner, fingerprint="approval", lease_ms=lease_ms, ttl_ms=ttl_ms, meta=full
+    payload = decision.to_json()
+    stored = await _awrite_once(store, decision_key(key), payload, full, lease_ms, ttl_ms)
+    return decision if stored is None else Decision.from_json(stored)
+
+
+# -- which call a question asked about (see :mod:`._asking`) -------------------------------
+
+
+def _question_payload(key: str) -> bytes:
+    return json.dumps({"key": key}).encode()
+
+
+def asked_about(record: Record | None) -> str | None:
+    """The call key a question record names, or ``None``."""
+    if record is None or not record.done or record.payload is None:
+        return None
+    key = json.loads(record.payload).get("key")
+    return key if isinstance(key, str) else None
+
+
+def store_question(
+    store: BaseIdempotencyStore,
+    qkey: str,
+    key: str,
+    *,
+    meta: Mapping[str, str],
+    lease_ms: int,
+    ttl_ms: int,
+) -> None:
+    """Record that the question ``qkey`` asks about the call ``key``. The latest question
+    at a position is the one the human sees, so an older record there is replaced."""
+    full = {**meta, "kind": "approval_question", "approval_for": key}
+    if asked_about(store.get(qkey)) not in (None, key):
+        store.delete(qkey)
+    _write_once(store, qkey, _question_payload(key), full, lease_ms, ttl_ms)
+
+
+async def astore_question(
+    store: BaseIdempotencyStore,
+    qkey: str,
+    key: str,
+    *,
+    meta: Mapping[str, str],
+    lease_ms: int,
+    ttl_ms: int,
+) -> None:
+    """The async twin of :func:`store_question`."""
+    full = {**meta, "kind": "approval_question", "approval_for": key}
+    if asked_about(await store.aget(qkey)) not in (None, key):
+        await store.adelete(qkey)
+    await _awrite_once(store, qkey, _question_payload(key), full, lease_ms, ttl_ms)
+
+
+# -- write-once through the ordinary claim / complete protocol -----------------------------
+
+
+def _write_once(
+    store: BaseIdempotencyStore,
+    rkey: str,
+    payload: bytes,
+    meta: Mapping[str, str],
+    lease_ms: int,
+    ttl_ms: int,
+) -> bytes | None:
+    """Store ``payload`` under ``rkey`` unless a payload is there; the stored one (``None``
+    when another writer holds the key for an instant: its payload is the same answer)."""
+    owner = f"{random.getrandbits(96):024x}"
+    claim = store.claim(
+        rkey, owner=owner, fingerprint="approval", lease_ms=lease_ms, ttl_ms=ttl_ms, meta=meta
     )
     if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
-        return Decision.from_json(claim.payload)
+        return claim.payload
     if not claim.outcome.runs:
-        return decision
-    done = await store.acomplete(
-        dkey,
+        return None
+    done = store.complete(
+        rkey,
         owner=owner,
         fence=claim.fence,
         fingerprint="approval",
         payload=payload,
         failed=False,
         ttl_ms=ttl_ms,
-        meta=full,
+        meta=meta,
     )
-    return Decision.from_json(done.payload) if done.payload is not None else decision
+    return done.payload
+
+
+async def _awrite_once(
+    store: BaseIdempotencyStore,
+    rkey: str,
+    payload: bytes,
+    meta: Mapping[str, str],
+    lease_ms: int,
+    ttl_ms: int,
+) -> bytes | None:
+    """The async twin of :func:`_write_once`."""
+    owner = f"{random.getrandbits(96):024x}"
+    claim = await store.aclaim(
+        rkey, owner=owner, fingerprint="approval", lease_ms=lease_ms, ttl_ms=ttl_ms, meta=meta
+    )
+    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
+        return claim.payload
+    if not claim.outcome.runs:
+        return None
+    done = await store.acomplete(
+        rkey,
+        owner=owner,
+        fence=claim.fence,
+        fingerprint="approval",
+        payload=payload,
+        failed=False,
+        ttl_ms=ttl_ms,
+        meta=meta,
+    )
+    return done.payload

@@ -2,18 +2,22 @@
 
 Tests never touch a Redis they did not start: ``redis_server`` is one ``redis-server`` on
 a free loopback port for the whole session, and ``redis_store`` gives each test a store
-with its own key prefix on it. Tests that need a server skip, with the reason, when
-``redis-server`` is not on PATH.
+with its own key prefix on it; ``any_store`` runs a test on memory, SQLite and Redis.
+Tests that need a server skip, with the reason, when ``redis-server`` is not on PATH.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from langchain_idempotent import InMemoryIdempotencyStore
+from langchain_idempotent.stores.base import BaseIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
+from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.redis_servers import RedisServer, redis_server_available
 
 
@@ -48,3 +52,17 @@ async def redis_store(
     store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix)
     yield store
     await store.aclose()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseIdempotencyStore]:
+    """The same test on each store: in memory, SQLite in a temporary file, and Redis
+    (``redis_store``; skipped without ``redis-server``). For ``async def`` tests."""
+    if request.param == "memory":
+        yield InMemoryIdempotencyStore()
+    elif request.param == "sqlite":
+        store = SqliteIdempotencyStore(str(tmp_path / "records.db"))
+        yield store
+        store.close()
+    else:
+        yield request.getfixturevalue("redis_store")

@@ -21,6 +21,7 @@ from langgraph.types import Command
 
 from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
 from langchain_idempotent.approval import decision_key
+from langchain_idempotent.stores.base import BaseIdempotencyStore
 from tests.support.graphs import (
     Effects,
     ScriptedChatModel,
@@ -71,7 +72,7 @@ class Run:
         return [m for m in self.out["messages"] if isinstance(m, ToolMessage)]
 
 
-def agent_with(store: InMemoryIdempotencyStore, effects: Effects, **options: Any) -> Any:
+def agent_with(store: BaseIdempotencyStore, effects: Effects, **options: Any) -> Any:
     model = ScriptedChatModel(then=on_each_turn(("issue_refund", REFUND)))
     return create_agent(
         model,
@@ -91,8 +92,8 @@ def plain_hitl_agent(effects: Effects, **script: Any) -> Any:
     )
 
 
-def only_key(store: InMemoryIdempotencyStore) -> str:
-    [rec] = [r for r in store.list() if r.meta.get("kind") != "approval"]
+def only_key(store: BaseIdempotencyStore) -> str:
+    [rec] = [r for r in store.list() if "kind" not in r.meta]
     return rec.key
 
 
@@ -101,9 +102,9 @@ MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 
 @MODES
 async def test_approve_asks_in_the_hitl_format_then_runs_once_and_records_the_decision(
-    mode: str,
+    any_store: BaseIdempotencyStore, mode: str
 ) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+    store, effects = any_store, Effects()
     run = Run(agent_with(store, effects, approval=True), f"approve-{mode}", mode)
     [question] = await run({"messages": [HumanMessage("refund INV-7")]})
     [action] = question.value["action_requests"]
@@ -125,8 +126,10 @@ async def test_approve_asks_in_the_hitl_format_then_runs_once_and_records_the_de
 
 
 @MODES
-async def test_edit_runs_the_edited_arguments_once_under_their_own_key(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_edit_runs_the_edited_arguments_once_under_their_own_key(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     run = Run(agent_with(store, effects, approval=True), f"edit-{mode}", mode)
     [question] = await run({"messages": [HumanMessage("refund INV-7")]})
     asked_key = question.value["action_requests"][0]["idempotency_key"]
@@ -151,12 +154,15 @@ async def test_an_edit_that_does_not_fit_the_schema_is_refused_and_nothing_runs(
     edit = {"type": "edit", "edited_action": {"name": "issue_refund", "args": {"amount": "lots"}}}
     with pytest.raises(ValueError, match="does not fit its arguments"):
         await run(Command(resume={"decisions": [edit]}))
-    assert effects.count() == 0 and store.list() == []
+    assert effects.count() == 0
+    assert [r.meta["kind"] for r in store.list()] == ["approval_question"]  # no decision
 
 
 @MODES
-async def test_reject_answers_with_the_message_runs_nothing_and_stores_nothing(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_reject_answers_with_the_message_runs_nothing_and_stores_nothing(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     run = Run(agent_with(store, effects, approval=True), f"reject-{mode}", mode)
     [question] = await run({"messages": [HumanMessage("refund INV-7")]})
     key = question.value["action_requests"][0]["idempotency_key"]
@@ -168,10 +174,19 @@ async def test_reject_answers_with_the_message_runs_nothing_and_stores_nothing(m
     assert store.get(key) is None and store.get(decision_key(key)) is None
     assert_every_call_answered(run.out["messages"])
 
+    # LangChain's HITL with a plain tool does the same here: 1 question, 0 effects.
+    effects = Effects()
+    plain = Run(plain_hitl_agent(effects), f"plain-reject-{mode}", mode)
+    await plain({"messages": [HumanMessage("refund INV-7")]})
+    await plain(Command(resume={"decisions": [{"type": "reject", "message": "not yet"}]}))
+    assert (len(plain.questions), effects.count()) == (1, 0)
+
 
 @MODES
-async def test_rejected_then_approved_in_a_later_turn_runs_once(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_rejected_then_approved_in_a_later_turn_runs_once(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     run = Run(agent_with(store, effects, approval=True), f"reject-later-{mode}", mode)
     await run({"messages": [HumanMessage("refund INV-7")]})
     await run(Command(resume={"decisions": [{"type": "reject", "message": "check first"}]}))
@@ -183,10 +198,22 @@ async def test_rejected_then_approved_in_a_later_turn_runs_once(mode: str) -> No
     assert await run({"messages": [HumanMessage("did it work?")]}) == []
     assert (len(run.questions), effects.count()) == (2, 1)
 
+    # LangChain's HITL with a plain tool: the third turn asks again and refunds again.
+    effects = Effects()
+    plain = Run(plain_hitl_agent(effects), f"plain-reject-later-{mode}", mode)
+    await plain({"messages": [HumanMessage("refund INV-7")]})
+    await plain(Command(resume={"decisions": [{"type": "reject", "message": "check first"}]}))
+    for text in ("checked, refund it", "did it work?"):
+        await plain({"messages": [HumanMessage(text)]})
+        await plain(Command(resume={"decisions": [{"type": "approve"}]}))
+    assert (len(plain.questions), effects.count()) == (3, 2)
+
 
 @MODES
-async def test_a_completed_call_in_a_later_turn_replays_without_asking(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_a_completed_call_in_a_later_turn_replays_without_asking(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     run = Run(agent_with(store, effects, approval=True), f"later-{mode}", mode)
     await run({"messages": [HumanMessage("refund INV-7")]})
     await run(Command(resume=APPROVE))
@@ -205,8 +232,10 @@ async def test_a_completed_call_in_a_later_turn_replays_without_asking(mode: str
 
 
 @MODES
-async def test_parallel_calls_get_one_interrupt_each_resumed_one_at_a_time(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_parallel_calls_get_one_interrupt_each_resumed_one_at_a_time(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     first, second = {"invoice_id": "INV-1", "amount": 10}, {"invoice_id": "INV-2", "amount": 20}
     model = ScriptedChatModel(then=on_each_turn(("issue_refund", first), ("issue_refund", second)))
     agent = create_agent(
@@ -235,8 +264,10 @@ class Crash(BaseException):
 
 
 @MODES
-async def test_a_crash_after_approval_does_not_ask_again_and_runs_once(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_a_crash_after_approval_does_not_ask_again_and_runs_once(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     crashes = [Crash()]
 
     def issue_refund(invoice_id: str, amount: float) -> str:
@@ -267,8 +298,10 @@ async def test_a_crash_after_approval_does_not_ask_again_and_runs_once(mode: str
 
 
 @MODES
-async def test_an_approval_predicate_lets_small_refunds_through_unasked(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_an_approval_predicate_lets_small_refunds_through_unasked(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     model = ScriptedChatModel(
         then=on_each_turn(
             ("issue_refund", {"invoice_id": "INV-1", "amount": 140}),
@@ -299,8 +332,10 @@ async def test_an_approval_predicate_lets_small_refunds_through_unasked(mode: st
 
 
 @MODES
-async def test_the_wrapper_asks_in_a_tool_node_graph(mode: str) -> None:
-    store, effects = InMemoryIdempotencyStore(), Effects()
+async def test_the_wrapper_asks_in_a_tool_node_graph(
+    any_store: BaseIdempotencyStore, mode: str
+) -> None:
+    store, effects = any_store, Effects()
     refund = idempotent(refund_tool(effects), store=store, approval=True)
     model = ScriptedChatModel(then=on_each_turn(("issue_refund", REFUND)))
     graph = tool_graph(model, [refund], checkpointer=InMemorySaver())

@@ -1,0 +1,258 @@
+"""Asking a human inside one LangGraph task: one question at a time, each answer bound to
+the call it was asked about.
+
+LangGraph matches resume values to the ``interrupt()`` calls *of one task* by position:
+the n-th ``interrupt()`` the task makes in a run gets the n-th answer the task has
+(``langgraph.types.interrupt`` and ``pregel._algo._scratchpad``; the interrupt id is a hash
+of the task's namespace and how many answers it already has). A hand-built ``ToolNode``
+runs the parallel calls of one ``AIMessage`` in one task, on executor threads (or in one
+``asyncio.gather``), so the order in which those calls reach ``interrupt()`` changes from
+run to run, and a plain ``interrupt()`` per call can hand an answer to the wrong call.
+
+So the gated calls of one task go through this module, which never lets position decide
+who an answer belongs to:
+
+* At most one question is open per task and run. The calls take turns (a lock per
+  task); each turn calls ``interrupt()`` once, which either returns the answer in the
+  next position or raises the caller's own question.
+* Before a question is raised, *which call it asks about* is recorded write-once under
+  ``(thread, task namespace, position)`` — in this process and in the call's store, so a
+  resume in another process finds it. An answer is handed to the call recorded for its
+  position, whichever thread drew it; the others wait for their turn.
+* A call that arrives after the task's question was raised re-raises that same question
+  (same interrupt id and value), so whichever exception LangGraph surfaces asks the
+  recorded call.
+
+Parallel gated calls in one ``ToolNode`` step are therefore asked one after another: each
+resume answers one call and the node re-runs to ask the next. ``create_agent`` (and any
+graph that routes calls with ``Send``) runs each call as its own task, so each call has
+its own open question and they are answered one by one by interrupt id, as before.
+
+Assumes that only these gated calls call ``interrupt()`` in the task (a tool that also
+interrupts itself would shift the positions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphInterrupt
+
+from .errors import IdempotencyError
+
+__all__ = ["NotInGraphError", "aask", "ask", "question_key"]
+
+#: LangGraph's per-task scratchpad in ``configurable``; every thread of a task shares it.
+_SCRATCHPAD = "__pregel_scratchpad"
+#: Tasks remembered in this process (a task needs its entry only while its run lasts).
+_MAX_TASKS = 4096
+
+
+class NotInGraphError(IdempotencyError, RuntimeError):
+    """Approval asked outside a LangGraph graph run (``tool.invoke`` on its own)."""
+
+
+def question_key(thread_id: str, task_ns: str, position: int) -> str:
+    """The record that says which call the task's question at ``position`` asked about."""
+    digest = hashlib.sha256(f"{len(thread_id)}:{thread_id}|{task_ns}".encode()).hexdigest()
+    return f"approval-question:{digest[:40]}:{position}"
+
+
+@dataclass(eq=False)
+class _Task:
+    """One task's questions in this process, for one run of the task."""
+
+    counter: Any  # the task's interrupt counter, held so its id() is not reused
+    thread_id: str
+    ns: str
+    #: ``interrupt()`` calls so far in this run: LangGraph's own position counter.
+    asked: int = 0
+    #: Answers drawn by one call for another, by the other call's key.
+    answers: dict[str, Any] = field(default_factory=dict)
+    #: A call is between its turn's ``interrupt()`` and handing the answer on (looking
+    #: up the owner, or recording its question): the others wait.
+    busy: bool = False
+    raised: GraphInterrupt | None = None
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    acond: asyncio.Condition | None = None
+
+
+_tasks: OrderedDict[tuple[int, str, str], _Task] = OrderedDict()
+_tasks_lock = threading.Lock()
+#: ``question_key`` -> the call's key, for questions asked in this process.
+_asked_here: OrderedDict[str, str] = OrderedDict()
+
+
+def _task(config: RunnableConfig, thread_id: str, tool: str, key: str) -> _Task:
+    configurable = config.get("configurable") or {}
+    scratchpad = configurable.get(_SCRATCHPAD)
+    if scratchpad is None:
+        raise NotInGraphError(
+            f"tool {tool!r} needs human approval (approval=...), which asks through "
+            "LangGraph's interrupt() and is answered with Command(resume=...): run it in a "
+            "LangGraph graph compiled with a checkpointer (a ToolNode or create_agent), not "
+            "with tool.invoke() on its own; or build this tool without approval",
+            key=key,
+        )
+    ns = str(configurable.get("checkpoint_ns", ""))
+    # The counter is replaced when LangGraph retries the task (and counts from 0 again).
+    ident = (id(scratchpad.interrupt_counter), thread_id, ns)
+    with _tasks_lock:
+        task = _tasks.get(ident)
+        if task is None or task.counter is not scratchpad.interrupt_counter:
+            task = _tasks[ident] = _Task(scratchpad.interrupt_counter, thread_id, ns)
+            while len(_tasks) > _MAX_TASKS:
+                _tasks.popitem(last=False)
+        return task
+
+
+def _remember(qkey: str, key: str) -> None:
+    with _tasks_lock:
+        _asked_here[qkey] = key
+        while len(_asked_here) > _MAX_TASKS:
+            _asked_here.popitem(last=False)
+
+
+def _asked_locally(qkey: str) -> str | None:
+    with _tasks_lock:
+        return _asked_here.get(qkey)
+
+
+def _unknown(task: _Task, position: int) -> RuntimeError:
+    return RuntimeError(
+        f"an answer arrived for approval question #{position} of task {task.ns!r}, but "
+        "there is no record of which call it asked about (the record expired, or the gated "
+        "tools of one ToolNode use different stores); nothing ran"
+    )
+
+
+def _again(question: GraphInterrupt) -> GraphInterrupt:
+    """The task's open question, raised once more (same interrupt id and value)."""
+    return GraphInterrupt(question.args[0] if question.args else ())
+
+
+def ask(
+    config: RunnableConfig,
+    *,
+    key: str,
+    thread_id: str,
+    tool: str,
+    request: Any,
+    record: Callable[[str, str], None],
+    lookup: Callable[[str], str | None],
+) -> Any:
+    """The answer to the call ``key``'s question ``request``, or raise it.
+
+    ``record(question_key, key)`` stores write-once which call a question asks about;
+    ``lookup(question_key)`` reads it back (``None`` when absent).
+    """
+    from langgraph.types import interrupt
+
+    task = _task(config, thread_id, tool, key)
+    with task.cond:
+        while True:
+            if key in task.answers:
+                return task.answers.pop(key)
+            if task.raised is not None:
+                raise _again(task.raised)
+            if task.busy:
+                task.cond.wait()
+                continue
+            position, task.asked = task.asked, task.asked + 1
+            qkey = question_key(thread_id, task.ns, position)
+            try:
+                value = interrupt(request)
+            except GraphInterrupt as exc:
+                question, task.busy = exc, True
+                break
+            owner = _asked_locally(qkey)
+            if owner is None:
+                task.busy = True
+                task.cond.release()
+                try:
+                    owner = lookup(qkey)
+                finally:
+                    task.cond.acquire()
+                    task.busy = False
+                    task.cond.notify_all()
+            if owner is None:
+                raise _unknown(task, position)
+            if owner == key:
+                return value
+            task.answers[owner] = value
+            task.cond.notify_all()
+    # This call asks. Record which call the question is about before anyone sees it.
+    try:
+        _remember(qkey, key)
+        record(qkey, key)
+    finally:
+        with task.cond:
+            task.raised, task.busy = question, False
+            task.cond.notify_all()
+    raise question
+
+
+async def aask(
+    config: RunnableConfig,
+    *,
+    key: str,
+    thread_id: str,
+    tool: str,
+    request: Any,
+    record: Callable[[str, str], Awaitable[None]],
+    lookup: Callable[[str], Awaitable[str | None]],
+) -> Any:
+    """The async twin of :func:`ask` (the calls of one task share one event loop)."""
+    from langgraph.types import interrupt
+
+    task = _task(config, thread_id, tool, key)
+    if task.acond is None:
+        task.acond = asyncio.Condition()
+    cond = task.acond
+    async with cond:
+        while True:
+            if key in task.answers:
+                return task.answers.pop(key)
+            if task.raised is not None:
+                raise _again(task.raised)
+            if task.busy:
+                await cond.wait()
+                continue
+            position, task.asked = task.asked, task.asked + 1
+            qkey = question_key(thread_id, task.ns, position)
+            try:
+                value = interrupt(request)
+            except GraphInterrupt as exc:
+                question, task.busy = exc, True
+                break
+            owner = _asked_locally(qkey)
+            if owner is None:
+                task.busy = True
+                cond.release()
+                try:
+                    owner = await lookup(qkey)
+                finally:
+                    await cond.acquire()
+                    task.busy = False
+                    cond.notify_all()
+            if owner is None:
+                raise _unknown(task, position)
+            if owner == key:
+                return value
+            task.answers[owner] = value
+            cond.notify_all()
+    try:
+        _remember(qkey, key)
+        await record(qkey, key)
+    finally:
+        async with cond:
+            task.raised, task.busy = question, False
+            cond.notify_all()
+    raise question
