@@ -8,7 +8,8 @@ The example agent
 - :mod:`graphs.refund_agent` — ``build_refund_agent(store, model, checkpointer)``: an LLM
   planner and a ``ToolNode`` whose effectful tools are wrapped with ``idempotent()``.
 - :mod:`graphs.tools` — its three tools, calling the provider over HTTP and handing the
-  idempotency key downstream as ``Idempotency-Key``.
+  idempotency key downstream as ``Idempotency-Key``; their ``reconcile=`` hooks
+  (``make_reconcilers``), which look a call up by that key.
 - :mod:`graphs.fake_model` — the scripted planner (LLM gateway 502s, argument drift).
 
 The baseline
@@ -25,7 +26,8 @@ The fault-injection harness
 - :mod:`graphs.worker` — one worker process: pull tickets, run the agent, retry.
 - :mod:`graphs.shared` — what the parent and its workers share (config, counters).
 - :mod:`graphs.provider` — a payment provider on loopback with a SQLite ledger that
-  honours ``Idempotency-Key`` (and ``Idempotency-Fence``), with seeded fault injection.
+  honours ``Idempotency-Key`` (and ``Idempotency-Fence``) and answers look-ups by key,
+  with seeded fault injection.
 - :mod:`graphs.faults` — the seeded fault decisions and their rates.
 - :mod:`graphs.tickets` — the workload: refund tickets generated from a seed.
 - :mod:`graphs.report` — the outcome per mode from the provider's ledger: table, JSON, PNG.

@@ -7,6 +7,10 @@ It behaves like Stripe where the demo needs it to:
   amount (think account credit or payouts), so a duplicate is real money.
 - ``POST /notifications`` (``customer_id``, ``ticket_id``, ``message``) sends a message.
 - ``GET /invoices/<id>``, ``GET /ledger`` (every refund and notification), ``GET /stats``.
+- ``GET /refunds?idempotency_key=K`` (and ``GET /notifications?idempotency_key=K``): the
+  response stored for the POST that carried ``Idempotency-Key: K``, or ``404`` if none was
+  committed. A caller whose POST's outcome is unknown (its worker died after sending it)
+  asks this instead of sending it again: the demo's ``reconcile=`` hooks do.
 
 **Idempotency-Key.** A POST carrying ``Idempotency-Key`` is executed at most once per key:
 the response is stored in the same transaction as the effect, and a later request with the
@@ -36,6 +40,7 @@ import socket
 import sqlite3
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -150,6 +155,15 @@ class Ledger:
                 "SELECT * FROM invoices WHERE invoice_id = ?", (invoice_id,)
             ).fetchone()
         return None if row is None else dict(row)
+
+    def response_for(self, endpoint: str, key: str) -> JsonObject | None:
+        """The body of the successful response stored for ``key`` on ``endpoint``, if any."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT body FROM idempotency_keys WHERE key = ? AND endpoint = ? AND status = 200",
+                (key, endpoint),
+            ).fetchone()
+        return None if row is None else dict(json.loads(row["body"]))
 
     def refunds(self) -> list[JsonObject]:
         with self._lock:
@@ -377,8 +391,9 @@ class PaymentProvider:
     # -- observations ----------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        """Counts of faults fired (``error_502``, ``drop_after_commit``, ``latency``) and of
-        idempotency answers (``replayed``, ``key_reused_422``, ``stale_fence_409``)."""
+        """Counts of faults fired (``error_502``, ``drop_after_commit``, ``latency``), of
+        idempotency answers (``replayed``, ``key_reused_422``, ``stale_fence_409``) and of
+        look-ups by key (``lookup``)."""
         with self._counts_lock:
             return dict(self._counts)
 
@@ -389,6 +404,9 @@ class PaymentProvider:
     # -- request handling (called from the server's threads) ---------------------------
 
     def handle_get(self, path: str) -> _Answer:
+        path, _, query = path.partition("?")
+        if path in ("/refunds", "/notifications"):
+            return self._find_by_key(path, urllib.parse.parse_qs(query))
         if path.startswith("/invoices/"):
             invoice = self.ledger.invoice(path.removeprefix("/invoices/"))
             if invoice is None:
@@ -402,6 +420,16 @@ class PaymentProvider:
         if path == "/stats":
             return _Answer(200, dict(self.stats()))
         return _error(404, "invalid_request_error", f"unknown path {path}")
+
+    def _find_by_key(self, endpoint: str, query: dict[str, list[str]]) -> _Answer:
+        keys = query.get("idempotency_key", [])
+        if len(keys) != 1 or not keys[0]:
+            return _error(400, "invalid_request_error", "give one idempotency_key=...")
+        self._count("lookup")
+        found = self.ledger.response_for(endpoint, keys[0])
+        if found is None:
+            return _error(404, "resource_missing", "nothing was committed with this key")
+        return _Answer(200, found)
 
     def handle_post(
         self, path: str, body: JsonObject, key: str | None, fence: int | None

@@ -73,6 +73,7 @@ def build_refund_agent(
     idempotency: Mapping[str, Any] | None = None,
     protect: Callable[[list[BaseTool]], Sequence[BaseTool]] | None = None,
     after_refund_committed: Callable[[], None] | None = None,
+    on_refund_resent: Callable[[], None] | None = None,
     on_llm_call: Callable[[], None] | None = None,
 ) -> RefundAgent:
     """Compile the refund agent.
@@ -84,17 +85,19 @@ def build_refund_agent(
     - ``checkpointer``: a saver, or a path for a SQLite file; default SQLite in memory.
     - ``provider_url`` or ``http`` (an ``httpx.Client`` whose ``base_url`` is the
       provider, with explicit timeouts).
-    - ``idempotency``: keyword arguments for ``idempotent()`` (lease, wait_timeout, ...).
+    - ``idempotency``: keyword arguments for ``idempotent()`` (lease, wait_timeout,
+      ``reconcile`` — e.g. :func:`~graphs.tools.make_reconcilers` — ...).
     - ``protect``: another wrapper for the effectful tools (the reference baseline);
       only used when ``store`` is ``None``.
-    - ``after_refund_committed``, ``on_llm_call``: hooks for fault injection and counting.
+    - ``after_refund_committed``, ``on_refund_resent``, ``on_llm_call``: hooks for fault
+      injection and counting (see :func:`~graphs.tools.make_tools`).
     """
     if http is None:
         if provider_url is None:
             raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
         http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
     lookup_invoice, issue_refund, notify_customer = make_tools(
-        http, after_refund_committed=after_refund_committed
+        http, after_refund_committed=after_refund_committed, on_refund_resent=on_refund_resent
     )
     effectful: list[BaseTool] = [issue_refund, notify_customer]
     if store is not None:

@@ -130,11 +130,33 @@ _ROWS: list[tuple[str, Any]] = [
     ("replayed by the provider (key)", lambda r: r.provider.get("replayed", 0)),
     ("waits for another worker", lambda r: r.counters.get("waits", 0)),
     ("takeovers of expired leases", lambda r: r.counters.get("takeovers", 0)),
+    (
+        "uncertain outcomes reconciled (effect found / not found)",
+        lambda r: _reconciled(r),
+    ),
+    ("refunds re-sent after a dead or cancelled worker", lambda r: _resent(r)),
     ("lock contention errors", lambda r: r.counters.get("lock_contention", 0)),
     ("worker-loop retries", lambda r: r.counters.get("loop_retries", 0)),
     ("wall time", lambda r: f"{r.wall_time_s:.1f} s"),
     ("CPU time (workers + provider)", lambda r: f"{r.cpu_time_s:.0f} s"),
 ]
+
+
+def _reconciled(r: ModeResult) -> str:
+    """``found / not found`` for the idempotent mode; ``-`` for a mode that cannot ask."""
+    if r.mode != "idempotent":
+        return "-"
+    c = r.counters
+    cell = f"{c.get('reconciled_found', 0)} / {c.get('reconciled_not_found', 0)}"
+    errors = c.get("reconcile_errors", 0)
+    return f"{cell} ({errors} errors)" if errors else cell
+
+
+def _resent(r: ModeResult) -> str:
+    """POSTs of a refund made by a takeover (the idempotent mode counts them; the others
+    cannot tell a re-send: theirs are among the duplicates after a dead worker)."""
+    return str(r.counters.get("refunds_resent", 0)) if r.mode == "idempotent" else "-"
+
 
 _FAULT_ROWS = [
     ("LLM gateway 502", "llm_502"),

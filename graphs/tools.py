@@ -7,6 +7,11 @@
   refund whose response was lost (dropped connection, dead worker) is not paid twice.
 - ``notify_customer``: sends a message (``POST /notifications``), with the key likewise.
 
+:func:`make_reconcilers` gives their ``reconcile=`` hooks: when a call's outcome is
+unknown (its worker died, or was cancelled, after the POST), the next worker asks the
+provider ``GET /refunds?idempotency_key=K`` and, if the refund was committed, takes its
+stored response as the tool's result instead of sending the POST again.
+
 Provider failures are mapped once, here, to :class:`ProviderError`:
 :class:`ProviderUnavailableError` when the outcome is unknown or nothing happened (5xx,
 dropped connection, timeout) and :class:`ProviderRejectedError` for a refusal (4xx).
@@ -21,13 +26,14 @@ from decimal import ROUND_HALF_UP, Decimal
 import httpx
 from langchain_core.tools import BaseTool, tool
 
-from langchain_idempotent import get_idempotency_context
+from langchain_idempotent import ReconcileCall, get_idempotency_context
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "ProviderError",
     "ProviderRejectedError",
     "ProviderUnavailableError",
+    "make_reconcilers",
     "make_tools",
 ]
 
@@ -58,11 +64,19 @@ def _idempotency_headers() -> dict[str, str]:
     return {"Idempotency-Key": ctx.key, "Idempotency-Fence": str(ctx.fence)}
 
 
-def _call(http: httpx.Client, method: str, path: str, **kwargs: object) -> str:
+def _send(http: httpx.Client, method: str, path: str, **kwargs: object) -> httpx.Response:
     try:
-        response = http.request(method, path, **kwargs)  # type: ignore[arg-type]
+        return http.request(method, path, **kwargs)  # type: ignore[arg-type]
     except httpx.TransportError as exc:
         raise ProviderUnavailableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _call(http: httpx.Client, method: str, path: str, **kwargs: object) -> str:
+    return _answer(_send(http, method, path, **kwargs), method, path)
+
+
+def _answer(response: httpx.Response, method: str, path: str) -> str:
+    """The response body as the tool's result (sorted JSON), or the error it maps to."""
     if response.status_code >= 500:
         raise ProviderUnavailableError(f"{method} {path}: HTTP {response.status_code}")
     if response.status_code >= 400:
@@ -74,13 +88,16 @@ def make_tools(
     http: httpx.Client,
     *,
     after_refund_committed: Callable[[], None] | None = None,
+    on_refund_resent: Callable[[], None] | None = None,
 ) -> tuple[BaseTool, BaseTool, BaseTool]:
     """``(lookup_invoice, issue_refund, notify_customer)`` bound to ``http``.
 
     ``http`` must have the provider as ``base_url`` and explicit timeouts (see
     :data:`DEFAULT_TIMEOUT`). ``after_refund_committed`` runs inside ``issue_refund`` once
     the provider has answered with a committed refund, before the tool returns: the demo
-    uses it to kill the worker process at the worst moment.
+    uses it to kill the worker process at the worst moment. ``on_refund_resent`` runs when
+    ``issue_refund`` sends its POST as a takeover (a previous attempt's outcome was
+    unknown): a refund re-sent after a dead or cancelled worker, which the demo counts.
     """
 
     @tool
@@ -92,6 +109,9 @@ def make_tools(
     def issue_refund(invoice_id: str, amount: float, reason: str) -> str:
         """Refund `amount` dollars of invoice `invoice_id` to its customer. Moves money."""
         body = {"invoice_id": invoice_id, "amount_cents": _cents(amount), "reason": reason}
+        ctx = get_idempotency_context()
+        if on_refund_resent is not None and ctx is not None and ctx.takeover:
+            on_refund_resent()
         result = _call(http, "POST", "/refunds", json=body, headers=_idempotency_headers())
         if after_refund_committed is not None:
             after_refund_committed()
@@ -104,3 +124,25 @@ def make_tools(
         return _call(http, "POST", "/notifications", json=body, headers=_idempotency_headers())
 
     return lookup_invoice, issue_refund, notify_customer
+
+
+def make_reconcilers(http: httpx.Client) -> dict[str, Callable[[ReconcileCall], str | None]]:
+    """``reconcile=`` hooks for ``issue_refund`` and ``notify_customer``, asking the
+    provider whether a POST with the call's idempotency key was committed.
+
+    A hook returns the stored response as the tool would have returned it (sorted JSON),
+    or ``None`` (``404``: nothing was committed, so the tool runs). Any other failure
+    raises a :class:`ProviderError`: the call stays uncertain and is asked about again.
+    """
+
+    def lookup(path: str) -> Callable[[ReconcileCall], str | None]:
+        def committed(call: ReconcileCall) -> str | None:
+            response = _send(http, "GET", path, params={"idempotency_key": call.key})
+            if response.status_code == 404:
+                return None
+            return _answer(response, "GET", path)
+
+        committed.__name__ = f"committed_{path.strip('/')}"
+        return committed
+
+    return {"issue_refund": lookup("/refunds"), "notify_customer": lookup("/notifications")}

@@ -46,7 +46,7 @@ from .reference import RedisKV, ReferenceIdempotency, ReferenceIdempotentTool, R
 from .refund_agent import RefundAgent, build_refund_agent, sqlite_checkpointer
 from .shared import DONE, FAILED, KILLED_EXIT_CODE, MODES, PENDING, Shared, WorkerConfig
 from .tickets import Ticket
-from .tools import DEFAULT_TIMEOUT
+from .tools import DEFAULT_TIMEOUT, make_reconcilers
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -65,6 +65,12 @@ _EVENT_COUNTERS = {
     "lease_lost": "lease_lost",
     "stale_completion": "stale_completion",
     "contention": "lock_contention",
+}
+#: A ``reconcile`` event's counter, by its outcome.
+_RECONCILE_COUNTERS = {
+    "found": "reconciled_found",
+    "not_found": "reconciled_not_found",
+    "error": "reconcile_errors",
 }
 
 
@@ -134,6 +140,8 @@ def build_worker_agent(
         kind = event if isinstance(event, str) else event.kind
         if kind in _EVENT_COUNTERS:
             count(_EVENT_COUNTERS[kind])
+        elif kind == "reconcile" and not isinstance(event, str):
+            count(_RECONCILE_COUNTERS[event.detail["outcome"]])
 
     kill = _KillSwitch(shared, slot)
     http = httpx.Client(base_url=cfg.provider_url, timeout=DEFAULT_TIMEOUT, verify=_TLS)
@@ -148,6 +156,7 @@ def build_worker_agent(
             "ttl": cfg.retention,
             "namespace": f"refund-batch-{cfg.run_id}",
             "on_event": on_event,
+            "reconcile": make_reconcilers(http),  # ask the provider before re-sending
         }
     elif cfg.mode == "reference":
         guard = ReferenceIdempotency(
@@ -167,6 +176,7 @@ def build_worker_agent(
         idempotency=idempotency,
         protect=protect,
         after_refund_committed=kill,
+        on_refund_resent=lambda: count("refunds_resent"),
         on_llm_call=lambda: count("llm_calls"),
     )
     return agent, kill

@@ -31,6 +31,8 @@ from graphs.reference import (
     reference_key,
 )
 from graphs.refund_agent import build_refund_agent
+from graphs.tools import make_reconcilers
+from langchain_idempotent import ReconcileCall
 from tests.support.postgres_fixtures import pg_server, pg_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +105,46 @@ def test_without_a_key_every_post_is_a_new_refund(provider: PaymentProvider) -> 
     assert _post(provider, REFUND).status_code == 200
     assert _post(provider, REFUND).status_code == 200
     assert len(provider.ledger.refunds()) == 2
+
+
+def test_a_committed_post_can_be_looked_up_by_its_idempotency_key(
+    provider: PaymentProvider,
+) -> None:
+    first = _post(provider, REFUND, **{"Idempotency-Key": "k1"})
+    found = _HTTP.get(f"{provider.url}/refunds", params={"idempotency_key": "k1"})
+    assert found.status_code == 200 and found.json() == first.json()
+    for path, key in (("/refunds", "k2"), ("/notifications", "k1")):
+        missing = _HTTP.get(f"{provider.url}{path}", params={"idempotency_key": key})
+        assert missing.status_code == 404, (path, key)
+    assert _HTTP.get(f"{provider.url}/refunds").status_code == 400  # no key given
+    assert len(provider.ledger.refunds()) == 1  # a look-up pays nothing
+    assert provider.stats()["lookup"] == 3
+
+
+def test_the_refund_reconcile_hook_answers_what_the_lost_post_would_have_returned(
+    provider: PaymentProvider,
+) -> None:
+    http = httpx.Client(base_url=provider.url, timeout=5.0)
+    hooks = make_reconcilers(http)
+    assert set(hooks) == {"issue_refund", "notify_customer"}
+
+    def ask(key: str) -> str | None:
+        call = ReconcileCall(
+            key=key,
+            fence=2,
+            attempt=2,
+            previous_attempt=1,
+            tool="issue_refund",
+            args={},
+            thread_id="t1",
+            reason="lease_expired",
+        )
+        return hooks["issue_refund"](call)
+
+    assert ask("k1") is None  # nothing committed: the tool should run
+    first = _post(provider, REFUND, **{"Idempotency-Key": "k1"})
+    assert ask("k1") == json.dumps(first.json(), sort_keys=True)
+    assert len(provider.ledger.refunds()) == 1
 
 
 def test_an_injected_502_comes_before_anything_is_committed(tmp_path: Path) -> None:
@@ -360,8 +402,15 @@ def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) 
     assert result["ledger"]["over_credited_cents"] == 0
     assert result["ledger"]["missing_refunds"] == 0
     assert result["ledger"]["duplicate_notifications"] == 0
-    assert result["counters"]["takeovers"] > 0  # dead workers' leases were taken over
-    assert result["provider"]["replayed"] > 0  # and the key handed downstream deduplicated
+    counters = result["counters"]
+    assert counters["takeovers"] > 0  # dead workers' leases were taken over
+    # Each worker killed after the provider committed left an uncertain call; the next
+    # worker asked the provider (GET by key) and found the refund: none was sent again.
+    assert counters["reconciled_found"] == result["faults"]["worker_kill"] > 0
+    assert counters["reconciled_not_found"] == counters["reconcile_errors"] == 0
+    assert counters["refunds_resent"] == 0
+    assert result["provider"]["lookup"] >= counters["reconciled_found"]
+    assert result["provider"]["replayed"] > 0  # lost responses, deduplicated by the key
 
 
 def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[str, Any]) -> None:
@@ -379,6 +428,9 @@ def test_idempotent_on_redis_pays_every_refund_exactly_once(
     result = _run(tmp_path, "--protection", "idempotent", "--redis", redis_server.url)
     ledger = result["idempotent"]["ledger"]
     assert result["idempotent"]["faults"]["worker_kill"] > 0
+    counters = result["idempotent"]["counters"]
+    assert counters["reconciled_found"] == result["idempotent"]["faults"]["worker_kill"]
+    assert counters["refunds_resent"] == 0
     assert ledger["refunds_executed"] == 60
     assert ledger["duplicate_refunds"] == 0
     assert ledger["over_credited_cents"] == 0

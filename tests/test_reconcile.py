@@ -4,8 +4,8 @@ A worker that dies after its side effect, or a task cancelled after it, leaves t
 uncertain: the next call takes over and asks ``reconcile=`` whether the effect happened
 before running the tool again. Every scenario also runs without the hook and shows the
 duplicate it prevents. On the memory, SQLite, Redis and PostgreSQL stores; sync and async
-tools and hooks; the wrapper and the middleware. Real SIGKILLed processes:
-``test_reconcile_kill.py``.
+tools and hooks; the wrapper and the middleware. Real SIGKILLed and cancelled processes:
+``tests/faults/test_reconcile_kill.py``.
 
 "Died after the effect" is played in-process by the tool itself: it marks its record as
 its owner would leave it on dying (:meth:`abandon` with ``reason="lease_expired"``: running,
