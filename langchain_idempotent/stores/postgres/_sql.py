@@ -428,7 +428,29 @@ class _Queries:
         )
         # The functions' parameters, in the order of their header comments (claim: _V3,
         # complete: _V2); their result rows are read by _claim_answer and _completion.
-        self.claim = f"SELECT * FROM {t}_claim(%s, %s, %s, %s, %s, %s, %s, %s)"
+        # claim: %(name)s, the function's parameters by name without p_ (key, owner,
+        # fingerprint, lease_ms, ttl_ms, takeover, meta, sweep). Returns its row.
+        call_claim = (
+            f"SELECT * FROM {t}_claim(%(key)s, %(owner)s, %(fingerprint)s, %(lease_ms)s, "
+            f"%(ttl_ms)s, %(takeover)s, %(meta)s, %(sweep)s)"
+        )
+        self.claim = call_claim
+        # replay_or_claim, for a claim that sweeps nothing (sweep 0): the same parameters
+        # and the same row as claim, in one statement, but a replay is answered by a plain
+        # indexed read and the function is not called at all (the cheapest replay). The
+        # read asks what the function's no-lock REPLAY asks: a live row of this format
+        # version, done, with the same fingerprint; it returns the function's REPLAY row
+        # (outcome 'replay', the row's fence and attempt, retry_after_ms 0, failed,
+        # payload, reason NULL). An Append runs its branches in order and LIMIT 1 stops at
+        # the first row, so the function runs only when the read found no replay, and then
+        # decides everything as before.
+        self.replay_or_claim = (
+            f"(SELECT 'replay'::text, fence, attempt, 0::bigint, state = 'failed', payload, "
+            f"NULL::text FROM {t} WHERE key = %(key)s AND state IN ('completed', 'failed') "
+            f"AND fingerprint = %(fingerprint)s AND version = {FORMAT_VERSION} "
+            f"AND expires_at > {_NOW}) "
+            f"UNION ALL ({call_claim}) LIMIT 1"
+        )
         self.complete = f"SELECT * FROM {t}_complete(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
         # renew (protocol.decide_renew): %s lease_ms, lease_ms, key, owner, fence.
         # Returns a row when the caller still owned the lease (extended), none otherwise.

@@ -271,10 +271,12 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
-        params = self._claim_params(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        query, params = self._claim_call(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta
+        )
 
         def run(cur: psycopg.Cursor[Any]) -> Any:
-            cur.execute(self._q.claim, params)
+            cur.execute(query, params)
             return cur.fetchone()
 
         return _claim_answer(key, self._sync(key, run), self._table)
@@ -290,15 +292,17 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
-        params = self._claim_params(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        query, params = self._claim_call(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta
+        )
 
         async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
-            await cur.execute(self._q.claim, params)
+            await cur.execute(query, params)
             return await cur.fetchone()
 
         return _claim_answer(key, await self._async(key, run), self._table)
 
-    def _claim_params(
+    def _claim_call(
         self,
         key: str,
         owner: str,
@@ -307,12 +311,23 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy,
         meta: Mapping[str, str] | None,
-    ) -> tuple[Any, ...]:
+    ) -> tuple[str, dict[str, Any]]:
+        """The claim statement and its parameters: a replay read folded in front of the
+        function call, except on the claims that also sweep (:mod:`._sql`)."""
         if on_expired not in ("takeover", "raise"):
             raise ValueError(f'on_expired must be "takeover" or "raise", got {on_expired!r}')
         sweep = _SWEEP_LIMIT if next(self._claims) % _SWEEP_EVERY == 0 else 0
-        return (key, owner, fingerprint, int(lease_ms), int(ttl_ms),
-                on_expired == "takeover", _meta(meta), sweep)  # fmt: skip
+        params = {
+            "key": key,
+            "owner": owner,
+            "fingerprint": fingerprint,
+            "lease_ms": int(lease_ms),
+            "ttl_ms": int(ttl_ms),
+            "takeover": on_expired == "takeover",
+            "meta": _meta(meta),
+            "sweep": sweep,
+        }
+        return (self._q.claim if sweep else self._q.replay_or_claim), params
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         def run(cur: psycopg.Cursor[Any]) -> bool:
