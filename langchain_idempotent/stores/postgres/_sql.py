@@ -568,6 +568,8 @@ class _Queries:
 
 
 def _meta(meta: Mapping[str, str] | None) -> str:
+    if not meta:
+        return "{}"
     return json.dumps(dict(meta or {}), ensure_ascii=False, sort_keys=True)
 
 
