@@ -11,7 +11,9 @@ Spec:
   server-side PL/pgSQL function (``<table>_claim``, ``<table>_complete``) that locks the
   row (``SELECT ... FOR UPDATE``; a race to insert an absent key is settled by the primary
   key and retried inside the function), applies the decision table of
-  :mod:`langchain_idempotent.protocol` exactly and writes the row; renew, release and
+  :mod:`langchain_idempotent.protocol` exactly and writes the row; the claim statement
+  reads a REPLAY with a plain indexed ``SELECT`` first, in the same statement, and calls
+  the function only when there is none (a replay runs no PL/pgSQL); renew, release and
   abandon are one ``UPDATE`` whose ``WHERE`` is the owner + fence compare (:mod:`._sql`
   holds every function and statement, each headed by its parameters and result).
   Completion is write-once. An abandoned row stays ``running`` with ``lease_until`` 0 and
@@ -48,7 +50,8 @@ Spec:
   per event loop (on first async use), autocommit, closed by ``close()``/``aclose()`` and
   reopened on next use, and rebuilt in a child after ``fork()``. A pool passed in (sync
   and/or async, e.g. the one of a LangGraph ``PostgresSaver``: ``autocommit=True`` is best,
-  ``row_factory`` may be anything) is used as it is and never closed by the store. With
+  ``row_factory`` may be anything; the store reads through one ``tuple_row`` cursor of its
+  own per connection) is used as it is and never closed by the store. With
   only a sync pool, the async operations run the sync ones in a worker thread; with only
   an async pool, the sync ones are refused with a clear error. Statements are prepared by
   psycopg after a few uses (``prepare_threshold``), so a hot operation is one
