@@ -143,9 +143,32 @@ def test_a_table_created_at_schema_version_2_migrates_and_then_reports_reasons(
             "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
             pg_table,
         )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(3,)]
+        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(4,)]
     finally:
         fresh.close()
+
+
+def test_a_replay_is_answered_by_a_plain_read_without_the_claim_function(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    c = claim(store, "done", "a")
+    complete(store, "done", "a", c.fence, b"stored")
+    # The function now refuses every call: only a claim that needs it can fail.
+    sql(
+        pg_url,
+        f"CREATE OR REPLACE FUNCTION {pg_table}_claim(p_key text, p_owner text, "
+        "p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint, p_takeover boolean, "
+        "p_meta jsonb, p_sweep integer, OUT outcome text, OUT o_fence bigint, "
+        "OUT o_attempt bigint, OUT retry_after_ms bigint, OUT failed boolean, "
+        "OUT payload bytea, OUT reason text) LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'the claim function was called'; END $$",
+    )
+    replay = claim(store, "done", "b")
+    assert (replay.outcome, replay.payload, replay.fence) == (ClaimOutcome.REPLAY, b"stored", 1)
+    with pytest.raises(StoreUnavailableError, match="the claim function was called"):  # mismatch
+        store.claim("done", owner="b", fingerprint="other", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    with pytest.raises(StoreUnavailableError, match="the claim function was called"):
+        claim(store, "fresh", "b")
 
 
 def test_abandon_refuses_a_reason_it_does_not_know(store: PostgresIdempotencyStore) -> None:

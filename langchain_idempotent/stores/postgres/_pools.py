@@ -13,6 +13,10 @@
   *connection* broke (a terminated backend, a restarted server) runs once more on another
   connection after the pool has dropped its broken idle ones: every operation is
   idempotent for the same owner, so a repeat is safe.
+- **Cursors.** An operation runs on the one cursor :func:`_cursor` keeps per connection,
+  reused across operations: a fresh cursor would set up its adapters, dumpers and
+  loaders again on every operation (about 15 µs of a 65 µs replay, measured). A cursor is
+  used only while its connection is checked out, so by one thread or task at a time.
 - **One pool for both.** With only a sync pool, :func:`sync_twin` drives an async
   operation's callback on a sync cursor (in a worker thread, see ``_store._async``).
 """
@@ -38,6 +42,25 @@ _T = TypeVar("_T")
 _BROKEN = (psycopg.OperationalError, psycopg.InterfaceError)
 #: Every error the boundary turns into StoreUnavailableError.
 _ERRORS = (psycopg.Error, PoolTimeout, PoolClosed)
+#: The reused cursor of each connection, by ``id`` (checked by identity, so a new
+#: connection at a recycled address gets its own); see :func:`_cursor`.
+_CURSORS: dict[int, Any] = {}
+#: Past this many, the cursors of closed connections are dropped (then all, if need be).
+_CURSORS_MAX = 256
+
+
+def _cursor(conn: Any) -> Any:
+    """The reused ``tuple_row`` cursor of ``conn`` (a sync or an async connection)."""
+    cur = _CURSORS.get(id(conn))
+    if cur is None or cur.connection is not conn or cur.closed:
+        if len(_CURSORS) >= _CURSORS_MAX:
+            for ident, old in list(_CURSORS.items()):
+                if old.connection.closed:
+                    _CURSORS.pop(ident, None)
+            if len(_CURSORS) >= _CURSORS_MAX:
+                _CURSORS.clear()
+        cur = _CURSORS[id(conn)] = conn.cursor(row_factory=tuple_row)
+    return cur
 
 
 class _Pools:
@@ -153,8 +176,7 @@ def run_sync(
         try:
             with pool.connection() as conn:
                 try:
-                    with conn.cursor(row_factory=tuple_row) as cur:
-                        result = run(cur)
+                    result = run(_cursor(conn))
                     if not conn.autocommit:
                         conn.commit()
                     return result
@@ -183,8 +205,7 @@ async def run_async(
         try:
             async with pool.connection() as conn:
                 try:
-                    async with conn.cursor(row_factory=tuple_row) as cur:
-                        result = await run(cur)
+                    result = await run(_cursor(conn))
                     if not conn.autocommit:
                         await conn.commit()
                     return result

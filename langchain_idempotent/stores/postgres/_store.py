@@ -11,7 +11,9 @@ Spec:
   server-side PL/pgSQL function (``<table>_claim``, ``<table>_complete``) that locks the
   row (``SELECT ... FOR UPDATE``; a race to insert an absent key is settled by the primary
   key and retried inside the function), applies the decision table of
-  :mod:`langchain_idempotent.protocol` exactly and writes the row; renew, release and
+  :mod:`langchain_idempotent.protocol` exactly and writes the row; the claim statement
+  reads a REPLAY with a plain indexed ``SELECT`` first, in the same statement, and calls
+  the function only when there is none (a replay runs no PL/pgSQL); renew, release and
   abandon are one ``UPDATE`` whose ``WHERE`` is the owner + fence compare (:mod:`._sql`
   holds every function and statement, each headed by its parameters and result).
   Completion is write-once. An abandoned row stays ``running`` with ``lease_until`` 0 and
@@ -48,7 +50,8 @@ Spec:
   per event loop (on first async use), autocommit, closed by ``close()``/``aclose()`` and
   reopened on next use, and rebuilt in a child after ``fork()``. A pool passed in (sync
   and/or async, e.g. the one of a LangGraph ``PostgresSaver``: ``autocommit=True`` is best,
-  ``row_factory`` may be anything) is used as it is and never closed by the store. With
+  ``row_factory`` may be anything; the store reads through one ``tuple_row`` cursor of its
+  own per connection) is used as it is and never closed by the store. With
   only a sync pool, the async operations run the sync ones in a worker thread; with only
   an async pool, the sync ones are refused with a clear error. Statements are prepared by
   psycopg after a few uses (``prepare_threshold``), so a hot operation is one
@@ -271,10 +274,12 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
-        params = self._claim_params(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        query, params = self._claim_call(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta
+        )
 
         def run(cur: psycopg.Cursor[Any]) -> Any:
-            cur.execute(self._q.claim, params)
+            cur.execute(query, params)
             return cur.fetchone()
 
         return _claim_answer(key, self._sync(key, run), self._table)
@@ -290,15 +295,17 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
-        params = self._claim_params(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        query, params = self._claim_call(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta
+        )
 
         async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
-            await cur.execute(self._q.claim, params)
+            await cur.execute(query, params)
             return await cur.fetchone()
 
         return _claim_answer(key, await self._async(key, run), self._table)
 
-    def _claim_params(
+    def _claim_call(
         self,
         key: str,
         owner: str,
@@ -307,12 +314,23 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy,
         meta: Mapping[str, str] | None,
-    ) -> tuple[Any, ...]:
+    ) -> tuple[str, dict[str, Any]]:
+        """The claim statement and its parameters: a replay read folded in front of the
+        function call, except on the claims that also sweep (:mod:`._sql`)."""
         if on_expired not in ("takeover", "raise"):
             raise ValueError(f'on_expired must be "takeover" or "raise", got {on_expired!r}')
         sweep = _SWEEP_LIMIT if next(self._claims) % _SWEEP_EVERY == 0 else 0
-        return (key, owner, fingerprint, int(lease_ms), int(ttl_ms),
-                on_expired == "takeover", _meta(meta), sweep)  # fmt: skip
+        params = {
+            "key": key,
+            "owner": owner,
+            "fingerprint": fingerprint,
+            "lease_ms": int(lease_ms),
+            "ttl_ms": int(ttl_ms),
+            "takeover": on_expired == "takeover",
+            "meta": _meta(meta),
+            "sweep": sweep,
+        }
+        return (self._q.claim if sweep else self._q.replay_or_claim), params
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         def run(cur: psycopg.Cursor[Any]) -> bool:
