@@ -218,6 +218,20 @@ def test_a_table_name_that_is_not_a_plain_lower_case_identifier_is_refused(
         PostgresIdempotencyStore.from_url(pg_url, table=table)
 
 
+@pytest.mark.parametrize("table", ["full", "order", "user"])
+async def test_a_table_named_by_a_reserved_word_is_refused_at_setup_naming_it(
+    pg_url: str, table: str
+) -> None:
+    s = PostgresIdempotencyStore.from_url(pg_url, table=table, auto_setup=False)
+    try:
+        with pytest.raises(ValueError, match=f"table '{table}' is a word PostgreSQL reserves"):
+            s.setup()
+        with pytest.raises(ValueError, match="pass another table="):
+            await s.asetup()
+    finally:
+        await s.aclose()
+
+
 # -- records -----------------------------------------------------------------------------------
 
 

@@ -560,6 +560,11 @@ class _Queries:
             "(table_name text PRIMARY KEY, version integer NOT NULL)"
         )
         self.read_version = f"SELECT version FROM {_SCHEMA_TABLE} WHERE table_name = %s"
+        # reserved: %s a name -> a row (its description) when PostgreSQL reserves it as a
+        # word that cannot name a table (``full``, ``order``, ``user``), none otherwise.
+        self.reserved = (
+            "SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode IN ('R', 'T')"
+        )
         self.write_version = (
             f"INSERT INTO {_SCHEMA_TABLE} (table_name, version) VALUES ('{t}', {{v}}) "
             "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version"

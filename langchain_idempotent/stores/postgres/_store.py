@@ -244,6 +244,8 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         async def run(cur: psycopg.AsyncCursor[Any]) -> None:
             conn = cur.connection
             async with conn.transaction():
+                await cur.execute(self._q.reserved, (self._table,))
+                self._refuse_reserved(await cur.fetchone())
                 await cur.execute(self._q.lock)
                 await cur.execute(self._q.schema_table)
                 await cur.execute(self._q.read_version, (self._table,))
@@ -255,11 +257,20 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         self._ready = True
 
     def _stored_version(self, cur: psycopg.Cursor[Any]) -> int:
+        cur.execute(self._q.reserved, (self._table,))
+        self._refuse_reserved(cur.fetchone())
         cur.execute(self._q.lock)
         cur.execute(self._q.schema_table)
         cur.execute(self._q.read_version, (self._table,))
         row = cur.fetchone()
         return int(row[0]) if row else 0
+
+    def _refuse_reserved(self, row: Any) -> None:
+        if row is not None:
+            raise ValueError(
+                f"table {self._table!r} is a word PostgreSQL reserves ({row[0]}), so it cannot "
+                "name the store's table: pass another table= (the default is safe)"
+            )
 
     # -- record operations -------------------------------------------------------------
 
