@@ -3,8 +3,9 @@
 A worker that dies after its side effect, or a task cancelled after it, leaves the key
 uncertain: the next call takes over and asks ``reconcile=`` whether the effect happened
 before running the tool again. Every scenario also runs without the hook and shows the
-duplicate it prevents. On the memory, SQLite and Redis stores; sync and async tools and
-hooks; the wrapper and the middleware. Real SIGKILLed processes: ``test_reconcile_kill.py``.
+duplicate it prevents. On the memory, SQLite, Redis and PostgreSQL stores; sync and async
+tools and hooks; the wrapper and the middleware. Real SIGKILLed processes:
+``test_reconcile_kill.py``.
 
 "Died after the effect" is played in-process by the tool itself: it marks its record as
 its owner would leave it on dying (:meth:`abandon` with ``reason="lease_expired"``: running,
@@ -38,8 +39,12 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.record import State
 from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from tests.support.graphs import ScriptedChatModel, on_each_turn, thread
+from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
+
+__all__ = ["pg_server", "pg_table", "pg_url"]  # fixtures used by this module
 
 REFUND = {"invoice_id": "INV-7", "amount": 140}
 
@@ -64,16 +69,20 @@ class Provider:
             return key if key in self.refunds else None
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseIdempotencyStore]:
     s: BaseIdempotencyStore
     if request.param == "memory":
         s = InMemoryIdempotencyStore()
     elif request.param == "sqlite":
         s = SqliteIdempotencyStore(tmp_path / "records.db")
-    else:
+    elif request.param == "redis":
         server = request.getfixturevalue("redis_server")
         s = RedisIdempotencyStore.from_url(server.url, prefix=f"rc-{uuid.uuid4().hex[:8]}:")
+    else:
+        s = PostgresIdempotencyStore.from_url(
+            request.getfixturevalue("pg_url"), table=request.getfixturevalue("pg_table")
+        )
     yield s
     s.close()
 

@@ -110,6 +110,51 @@ def test_setup_migrates_a_table_left_at_an_older_schema_version(
         fresh.close()
 
 
+def test_a_table_created_at_schema_version_2_migrates_and_then_reports_reasons(
+    pg_url: str, pg_table: str
+) -> None:
+    q = pg_sql._Queries(pg_table)
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # what version 2's setup() left
+        conn.execute(q.schema_table)
+        for body in pg_sql._MIGRATIONS[:2]:
+            for stmt in body.format(t=pg_table, now=pg_sql._NOW, version=1).split("\n;;\n"):
+                conn.execute(stmt.strip())
+        conn.execute(q.write_version.format(v=2))
+        call = f"SELECT * FROM {pg_table}_claim(%s, 'a', 'fp', %s, 3600000, true, '{{}}', 0)"
+        old = conn.execute(call, ("expired", 1)).fetchone()
+        assert old is not None and len(old) == 6  # no reason column yet
+        conn.execute(call, ("cancelled", LONG_MS))
+    time.sleep(0.01)
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        taken = claim(fresh, "expired", "b")  # auto_setup migrated the table first
+        assert (taken.outcome, taken.fence, taken.reason) == (
+            ClaimOutcome.TAKEOVER,
+            2,
+            "lease_expired",
+        )
+        assert fresh.abandon("cancelled", owner="a", fence=1)
+        taken = claim(fresh, "cancelled", "b", on_expired="raise")
+        assert (taken.outcome, taken.reason) == (ClaimOutcome.EXPIRED, "cancelled")
+        taken = claim(fresh, "cancelled", "b")
+        assert (taken.outcome, taken.fence, taken.reason) == (ClaimOutcome.TAKEOVER, 2, "cancelled")
+        rows = sql(
+            pg_url,
+            "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
+            pg_table,
+        )
+        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(3,)]
+    finally:
+        fresh.close()
+
+
+def test_abandon_refuses_a_reason_it_does_not_know(store: PostgresIdempotencyStore) -> None:
+    c = claim(store, "k", "a")
+    with pytest.raises(ValueError, match="reason must be one of"):
+        store.abandon("k", owner="a", fence=c.fence, reason="bored")  # type: ignore[arg-type]
+    assert store.renew("k", owner="a", fence=c.fence, lease_ms=LONG_MS)
+
+
 def test_a_table_of_a_newer_schema_is_refused(
     store: PostgresIdempotencyStore, pg_url: str, pg_table: str
 ) -> None:
@@ -236,7 +281,8 @@ def test_every_function_documents_its_parameters_and_what_it_returns() -> None:
         assert all(re.search(rf"\b{out}\b", returns) for out in outs), (name, outs)
     # The statements sent as plain SQL are each headed by a comment naming their result.
     lines = inspect.getsource(pg_sql._Queries).splitlines()
-    for name in ("renew", "release", "get", "now", "delete", "probe_tables", "table_facts"):
+    statements = ("renew", "release", "abandon", "get", "now", "delete")
+    for name in (*statements, "probe_tables", "table_facts"):
         at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"self.{name} ="))
         comment = []
         while lines[at - 1].strip().startswith("#"):

@@ -1,6 +1,6 @@
 """Wake-ups for the Postgres store's waiters: ``LISTEN``/``NOTIFY``, and a bounded poll.
 
-Completion, release, delete and purge ``pg_notify('<table>_wake', md5(key))`` in the
+Completion, release, abandon, delete and purge ``pg_notify('<table>_wake', md5(key))`` in the
 writing transaction (see :mod:`._sql`), so a notification is delivered on commit.
 :class:`_Waiters` is one store object's waiting room in one process: one
 :class:`_Listener` thread on a dedicated connection (never a pooled one) with ``LISTEN

@@ -11,22 +11,25 @@ Spec:
   server-side PL/pgSQL function (``<table>_claim``, ``<table>_complete``) that locks the
   row (``SELECT ... FOR UPDATE``; a race to insert an absent key is settled by the primary
   key and retried inside the function), applies the decision table of
-  :mod:`langchain_idempotent.protocol` exactly and writes the row; renew and release are
-  one ``UPDATE`` whose ``WHERE`` is the owner + fence compare (:mod:`._sql` holds every
-  function and statement, each headed by its parameters and result). Completion is
-  write-once.
+  :mod:`langchain_idempotent.protocol` exactly and writes the row; renew, release and
+  abandon are one ``UPDATE`` whose ``WHERE`` is the owner + fence compare (:mod:`._sql`
+  holds every function and statement, each headed by its parameters and result).
+  Completion is write-once. An abandoned row stays ``running`` with ``lease_until`` 0 and
+  an owner naming the reason (:func:`~langchain_idempotent.record.abandoned_owner`), and
+  a claim's TAKEOVER or EXPIRED answer carries that reason, else ``"lease_expired"``.
   Every write compares owner and fence, except :meth:`~PostgresIdempotencyStore.delete` and
   ``purge`` (operator actions). A row of an unknown format ``version`` is refused with
   :class:`~langchain_idempotent.errors.CorruptRecordError` before anything is decided.
 - **Time.** The server's clock, ``clock_timestamp()``, read after the row lock is taken, so
   a lock wait never ages a decision; :meth:`~PostgresIdempotencyStore.now_ms` reads it too.
 - **Retention.** A claim keeps the row ``max(ttl, lease)`` past now, a completion ``ttl``
-  past now, a renewal at least ``lease`` past now, a release does not change it. A row past
+  past now, a renewal at least ``lease`` past now, a release or an abandon does not change
+  it. A row past
   its ``expires_at`` is absent to every operation; a claim or completion on that key
   overwrites it, and every 64th claim of a store object also deletes up to 256 expired rows
   through the ``expires_at`` index (``FOR UPDATE SKIP LOCKED``, inside the same function
   call: no scan per call, no extra round trip).
-- **Wake-ups.** Completion, release, delete and purge ``pg_notify('<table>_wake',
+- **Wake-ups.** Completion, release, abandon, delete and purge ``pg_notify('<table>_wake',
   md5(key))`` in the writing transaction (delivered on commit). One listener thread per
   store object and process holds a dedicated connection (never a pooled one) with
   ``LISTEN``, started and confirmed *before* a waiter first reads the record, and wakes the
@@ -79,13 +82,13 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ...errors import CorruptRecordError, StoreUnavailableError
-from ...record import Claim, Completion, ExpiredPolicy, Record
+from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason, abandoned_owner
 from ..base import BaseIdempotencyStore
 from ._describe import describe_server
 from ._listen import _Waiters
@@ -381,6 +384,30 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
         return await self._async(key, run)
 
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        params = (_abandoned_owner(reason), key, owner, fence)
+
+        def run(cur: psycopg.Cursor[Any]) -> bool:
+            cur.execute(self._q.abandon, params)
+            row = cur.fetchone()
+            return bool(row and row[0])
+
+        return self._sync(key, run)
+
+    async def aabandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        params = (_abandoned_owner(reason), key, owner, fence)
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
+            await cur.execute(self._q.abandon, params)
+            row = await cur.fetchone()
+            return bool(row and row[0])
+
+        return await self._async(key, run)
+
     def get(self, key: str) -> Record | None:
         return self._probe_sync(key)[0]
 
@@ -611,6 +638,14 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     async def _async_pool(self, key: str | None) -> AsyncConnectionPool[Any] | None:
         self._check_fork()
         return await self._pools.async_(key)
+
+
+def _abandoned_owner(reason: UncertainReason) -> str:
+    if reason not in get_args(UncertainReason):
+        raise ValueError(
+            f"reason must be one of {', '.join(get_args(UncertainReason))}, got {reason!r}"
+        )
+    return abandoned_owner(reason)
 
 
 def _restore(
