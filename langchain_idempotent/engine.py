@@ -5,7 +5,9 @@ The protocol's steps live in one generator, :meth:`Engine._flow`, which yields *
 (it only emits events and reads the monotonic clock for the wait deadline); the
 decisions of each store operation are the table in :mod:`.protocol`. The sync driver
 (:meth:`Engine.run`) and the async driver (:meth:`Engine.arun`) only execute steps, so
-the two paths cannot drift.
+the two paths cannot drift; what they share beyond the store calls lives beside them:
+asking a reconcile hook in :mod:`._reconciling`, transactional mode's run-and-complete in
+one database transaction in :mod:`._transactional`.
 
 Sequence of a first run and of a replay (one store round trip each, plus renewals for
 tools that outlast a third of their lease)::
@@ -40,8 +42,6 @@ runs again, and the wrapped value is returned to the caller.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
 import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping
@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from . import _transactional
+from ._reconciling import HookAnswer, aask, ask
 from .context import IdempotencyContext, _current
 from .errors import (
     IdempotencyError,
@@ -58,7 +60,7 @@ from .errors import (
     PayloadMismatchError,
     StoreUnavailableError,
 )
-from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, log_event, logger
+from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, deliver, logger
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
 from .reconcile import ReconcileCall, Reconciler, reconciler_for
@@ -133,8 +135,6 @@ _CLAIM = _ClaimStep()
 class _Outcome:
     value: Any = None
     exc: BaseException | None = None
-    #: For a reconcile step: how long the hook took.
-    duration_ms: float = 0.0
 
 
 @dataclass(slots=True)
@@ -179,13 +179,8 @@ class Engine:
             )
         self.store = store
         self.policy = policy or Policy()
-        if self.policy.transactional and not callable(getattr(store, "transaction", None)):
-            raise ValueError(
-                f"transactional=True needs a store that can write the completion inside the "
-                f"tool's own database transaction (PostgresIdempotencyStore); "
-                f"{type(store).__name__} cannot. Drop transactional=True, or use a "
-                "PostgresIdempotencyStore on the database the tool writes to"
-            )
+        if self.policy.transactional:
+            _transactional.check_store(store)
         self.serializer = serializer or ResultSerializer(
             allowed_types=self.policy.allowed_types, max_bytes=self.policy.max_result_bytes
         )
@@ -375,8 +370,8 @@ class Engine:
 
     def _ask(
         self, call: _Call, claim: Claim, previous_attempt: int
-    ) -> Generator[_Step, Any, _Outcome | None]:
-        """Ask the reconcile hook; the found result (an ``_Outcome``), ``None`` when it found
+    ) -> Generator[_Step, Any, HookAnswer | None]:
+        """Ask the reconcile hook; the found result (a ``HookAnswer``), ``None`` when it found
         nothing, or the hook's exception raised."""
         assert call.reconcile is not None
         question = ReconcileCall(
@@ -389,7 +384,7 @@ class Engine:
             thread_id=call.thread_id,
             reason=claim.reason or "lease_expired",
         )
-        answer: _Outcome = yield _ReconcileStep(call.reconcile, question)
+        answer: HookAnswer = yield _ReconcileStep(call.reconcile, question)
         took = {"duration_ms": round(answer.duration_ms, 3), "reason": question.reason}
         if answer.exc is not None:
             self._emit(call, "reconcile", claim.fence, claim.attempt, {"outcome": "error", **took})
@@ -473,13 +468,7 @@ class Engine:
         if self.on_event is None and call.observer is None and not logger.isEnabledFor(10):
             return
         event = IdempotencyEvent(kind, call.key, call.tool, fence, attempt, detail or {})
-        log_event(event)
-        for hook in (self.on_event, call.observer):
-            if hook is not None:
-                try:
-                    hook(event)
-                except Exception:
-                    logger.exception("an idempotency event hook raised; ignored")
+        deliver(event, self.on_event, call.observer)
 
     def _call(
         self,
@@ -542,33 +531,14 @@ class Engine:
     def _do(self, step: _Step, call: _Call, action: Callable[[], Any]) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
-            return store.claim(
-                call.key,
-                owner=call.owner,
-                fingerprint=call.fingerprint,
-                lease_ms=policy.lease_ms,
-                ttl_ms=policy.ttl_ms,
-                on_expired=policy.on_expired,
-                meta=call.meta,
-            )
+            return store.claim(**self._claim_args(call))
         if isinstance(step, _RunStep):
             return self._run_action(step.ctx, call, action)
-        if isinstance(step, _CompleteStep) and self.policy.transactional:
-            txn, call.txn = call.txn, None
-            if txn is None:  # a failure to record: its own (empty) transaction
-                txn = store.transaction()  # type: ignore[attr-defined]
-            return _refused(call, step, txn.complete(**self._completion_args(call, step)))
         if isinstance(step, _CompleteStep):
-            return store.complete(
-                call.key,
-                owner=call.owner,
-                fence=step.ctx.fence,
-                fingerprint=call.fingerprint,
-                payload=step.payload,
-                failed=step.failed,
-                ttl_ms=policy.ttl_ms,
-                meta=call.meta,
-            )
+            if not policy.transactional:
+                return store.complete(**self._completion_args(call, step))
+            txn, call.txn = call.txn, None
+            return _transactional.complete(store, txn, self._completion_args(call, step))
         if isinstance(step, _ReleaseStep):
             return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
         if isinstance(step, _AbandonStep):
@@ -576,10 +546,22 @@ class Engine:
                 call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason
             )
         if isinstance(step, _ReconcileStep):
-            return _ask_sync(step)
+            return ask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
         store.watch(call.key, fence=step.fence, timeout=step.timeout)
         return None
+
+    def _claim_args(self, call: _Call) -> dict[str, Any]:
+        policy = self.policy
+        return {
+            "key": call.key,
+            "owner": call.owner,
+            "fingerprint": call.fingerprint,
+            "lease_ms": policy.lease_ms,
+            "ttl_ms": policy.ttl_ms,
+            "on_expired": policy.on_expired,
+            "meta": call.meta,
+        }
 
     def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
         return {
@@ -598,10 +580,9 @@ class Engine:
     ) -> _Outcome:
         if self.policy.transactional and ctx.protected:
             try:
-                call.txn = self.store.transaction()  # type: ignore[attr-defined]
+                call.txn, ctx = _transactional.begin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
-            ctx = dataclasses.replace(ctx, connection=call.txn.connection)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -665,34 +646,14 @@ class Engine:
     async def _ado(self, step: _Step, call: _Call, action: Callable[[], Awaitable[Any]]) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
-            return await store.aclaim(
-                call.key,
-                owner=call.owner,
-                fingerprint=call.fingerprint,
-                lease_ms=policy.lease_ms,
-                ttl_ms=policy.ttl_ms,
-                on_expired=policy.on_expired,
-                meta=call.meta,
-            )
+            return await store.aclaim(**self._claim_args(call))
         if isinstance(step, _RunStep):
             return await self._arun_action(step.ctx, call, action)
-        if isinstance(step, _CompleteStep) and self.policy.transactional:
-            txn, call.txn = call.txn, None
-            if txn is None:
-                txn = await store.atransaction()  # type: ignore[attr-defined]
-            completion = await txn.complete(**self._completion_args(call, step))
-            return _refused(call, step, completion)
         if isinstance(step, _CompleteStep):
-            return await store.acomplete(
-                call.key,
-                owner=call.owner,
-                fence=step.ctx.fence,
-                fingerprint=call.fingerprint,
-                payload=step.payload,
-                failed=step.failed,
-                ttl_ms=policy.ttl_ms,
-                meta=call.meta,
-            )
+            if not policy.transactional:
+                return await store.acomplete(**self._completion_args(call, step))
+            txn, call.txn = call.txn, None
+            return await _transactional.acomplete(store, txn, self._completion_args(call, step))
         if isinstance(step, _ReleaseStep):
             return await store.arelease(call.key, owner=call.owner, fence=step.ctx.fence)
         if isinstance(step, _AbandonStep):
@@ -702,7 +663,7 @@ class Engine:
                 store.aabandon(call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason)
             )
         if isinstance(step, _ReconcileStep):
-            return await _ask_async(step)
+            return await aask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
         await store.awatch(call.key, fence=step.fence, timeout=step.timeout)
         return None
@@ -712,10 +673,9 @@ class Engine:
     ) -> _Outcome:
         if self.policy.transactional and ctx.protected:
             try:
-                call.txn = await self.store.atransaction()  # type: ignore[attr-defined]
+                call.txn, ctx = await _transactional.abegin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
-            ctx = dataclasses.replace(ctx, connection=call.txn.connection)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
@@ -741,65 +701,3 @@ class Engine:
         if not ok:
             self._lease_lost(call, ctx)
         return ok
-
-
-def _refused(call: _Call, step: _CompleteStep, completion: Completion) -> Completion:
-    """A transactional completion refused with nothing stored: the run lost its lease.
-
-    Its transaction was rolled back, so the tool's writes are gone; the caller learns it
-    from :class:`LeaseLostError` (a retry replays the new owner's result or runs again).
-    """
-    if completion.stored or completion.payload is not None:
-        return completion
-    raise LeaseLostError(
-        f"this run (fence {step.ctx.fence}) lost its lease before its transaction could "
-        "commit: another worker took the call over, so its writes were rolled back and "
-        "nothing was recorded; retry to get the other worker's result",
-        key=call.key,
-    )
-
-
-# -- asking a reconcile hook (sync or async, from either driver) ---------------------------
-
-
-def _ask_sync(step: _ReconcileStep) -> _Outcome:
-    """Call the hook; an async hook runs to completion on a private event loop (the sync
-    driver has none of its own)."""
-    started = time.perf_counter()
-    try:
-        value = step.hook(step.call)
-        if inspect.isawaitable(value):
-            value = _run_awaitable(value)
-    except Exception as exc:
-        return _Outcome(exc=exc, duration_ms=(time.perf_counter() - started) * 1000)
-    return _Outcome(value=value, duration_ms=(time.perf_counter() - started) * 1000)
-
-
-def _run_awaitable(awaitable: Awaitable[Any]) -> Any:
-    async def wait() -> Any:
-        return await awaitable
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(wait())
-    # A sync tool called on a thread that runs a loop: finish the hook on another thread.
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, wait()).result()
-
-
-async def _ask_async(step: _ReconcileStep) -> _Outcome:
-    """Await an async hook; a sync one runs in a worker thread (it may block on I/O)."""
-    started = time.perf_counter()
-    try:
-        if inspect.iscoroutinefunction(step.hook):
-            value = await step.hook(step.call)
-        else:
-            value = await asyncio.to_thread(step.hook, step.call)
-            if inspect.isawaitable(value):
-                value = await value
-    except Exception as exc:
-        return _Outcome(exc=exc, duration_ms=(time.perf_counter() - started) * 1000)
-    return _Outcome(value=value, duration_ms=(time.perf_counter() - started) * 1000)

@@ -114,6 +114,17 @@ def log_event(event: IdempotencyEvent) -> None:
         )
 
 
+def deliver(event: IdempotencyEvent, *hooks: EventHook | None) -> None:
+    """Log ``event`` and hand it to each hook; a hook that raises is logged and ignored."""
+    log_event(event)
+    for hook in hooks:
+        if hook is not None:
+            try:
+                hook(event)
+            except Exception:
+                logger.exception("an idempotency event hook raised; ignored")
+
+
 class EventCounter:
     """A thread-safe ``on_event`` hook that counts events by kind: ``counter["replay"]``."""
 

@@ -51,7 +51,7 @@ from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 from tests.support.postgres_server import PostgresServer, postgres_unavailable_reason
 
 from .report import Figures
-from .workload import call_until_answered, refund
+from .workload import PROCESSES, THREADS, call_until_answered, hot_key_load, refund
 
 __all__ = ["pg_server", "pg_table", "pg_url"]
 
@@ -497,29 +497,7 @@ def test_a_postgres_restart_mid_batch_fails_closed_then_resumes_without_duplicat
 
 # -- P5. load ------------------------------------------------------------------------------------
 
-PROCESSES, THREADS, HOT_KEYS = 4, 8, 50
-
-
-def _load_worker(
-    url: str, table: str, ledger: Ledger, keys: list[str], calls: int, barrier: Any
-) -> None:
-    engine = engine_for(url, table, lease=30.0, wait_timeout=60.0)
-    tallies = [Tally() for _ in range(THREADS)]
-
-    def thread(t: int) -> None:
-        rng = random.Random(t)
-        for _ in range(calls // THREADS + (t < calls % THREADS)):
-            key = rng.choice(keys)
-            call_until_answered(engine, key, refund(ledger, key, sleep=0.002), tallies[t], rng=rng)
-
-    threads = [threading.Thread(target=thread, args=(t,)) for t in range(THREADS)]
-    barrier.wait(30)
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    ledger.calls([row for t in tallies for row in t.rows])
-    engine.store.close()
+HOT_KEYS = 50
 
 
 @pytest.mark.timeout(600)
@@ -533,27 +511,15 @@ def test_load_on_fifty_hot_keys_from_four_processes_executes_exactly_fifty_times
     total = 20_000 if campaign else 2_000
     keys = [f"hot-{i}-{time.monotonic_ns()}" for i in range(HOT_KEYS)]
     open_store(pg_url, pg_table).setup()  # the workers race on rows, not on DDL
-    barrier = FORK.Barrier(PROCESSES)
-    procs = [
-        FORK.Process(
-            target=_load_worker, args=(pg_url, pg_table, ledger, keys, total // PROCESSES, barrier)
-        )
-        for _ in range(PROCESSES)
-    ]
-    started = time.perf_counter()
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(540)
-    elapsed = time.perf_counter() - started
-    assert [p.exitcode for p in procs] == [0] * PROCESSES
-    assert ledger.executions() == dict.fromkeys(keys, 1)
-    figures = Figures.from_ledger(
-        f"P5. load: {PROCESSES} processes x {THREADS} threads, {HOT_KEYS} hot keys (postgres)",
-        "none (contention only)",
+    figures = hot_key_load(
+        lambda: engine_for(pg_url, pg_table, lease=30.0, wait_timeout=60.0),
         ledger,
-        notes=[f"{total / elapsed:,.0f} calls/s on 2 cores ({elapsed:.1f}s)"],
+        keys,
+        total,
+        scenario=f"P5. load: {PROCESSES} processes x {THREADS} threads, {HOT_KEYS} hot keys "
+        "(postgres)",
     )
+    assert ledger.executions() == dict.fromkeys(keys, 1)
     record(figures)
     assert figures.calls == total
     assert figures.effects == HOT_KEYS

@@ -4,12 +4,17 @@ The tool is a refund: it logs that its body ran, sends the effect downstream wit
 idempotency key and fence it was handed (``get_idempotency_context()``), and returns the
 downstream's answer tagged with the run that produced it — so a caller that got a
 different run's result shows up as a divergence.
+
+:func:`hot_key_load` is the load scenario every store runs: forked processes x threads,
+each call on a key drawn from a small hot set, every caller retrying until answered.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -24,7 +29,13 @@ from langchain_idempotent import (
 )
 from tests.support.faults import Ledger, Tally
 
-__all__ = ["StaleFence", "call_until_answered", "refund"]
+from .report import Figures
+
+__all__ = ["PROCESSES", "THREADS", "StaleFence", "call_until_answered", "hot_key_load", "refund"]
+
+FORK = mp.get_context("fork")
+#: The load scenario's shape: forked processes, threads in each.
+PROCESSES, THREADS = 4, 8
 
 
 class StaleFence(Exception):
@@ -102,3 +113,68 @@ def call_until_answered(
             return exc
         tally.ok(key, result)
         return result
+
+
+def hot_key_load(
+    open_engine: Callable[[], Engine],
+    ledger: Ledger,
+    keys: list[str],
+    total: int,
+    *,
+    scenario: str,
+) -> Figures:
+    """``total`` calls on ``keys`` from :data:`PROCESSES` forked processes x :data:`THREADS`
+    threads, each process with its own engine from ``open_engine()`` (its store closed at
+    the end), each call a :func:`refund` through :func:`call_until_answered`.
+
+    Every process must exit cleanly; the figures are the ledger's, named ``scenario``,
+    with the throughput in a note.
+    """
+    barrier = FORK.Barrier(PROCESSES)
+    procs = [
+        FORK.Process(
+            target=_load_worker,
+            args=(i, open_engine, ledger, keys, total // PROCESSES, barrier),
+        )
+        for i in range(PROCESSES)
+    ]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(540)
+    elapsed = time.perf_counter() - started
+    assert [p.exitcode for p in procs] == [0] * PROCESSES
+    return Figures.from_ledger(
+        scenario,
+        "none (contention only)",
+        ledger,
+        notes=[f"{total / elapsed:,.0f} calls/s on 2 cores ({elapsed:.1f}s)"],
+    )
+
+
+def _load_worker(
+    index: int,
+    open_engine: Callable[[], Engine],
+    ledger: Ledger,
+    keys: list[str],
+    calls: int,
+    barrier: Any,
+) -> None:
+    engine = open_engine()
+    tallies = [Tally() for _ in range(THREADS)]
+
+    def thread(t: int) -> None:
+        rng = random.Random(index * THREADS + t)
+        for _ in range(calls // THREADS + (t < calls % THREADS)):
+            key = rng.choice(keys)
+            call_until_answered(engine, key, refund(ledger, key, sleep=0.002), tallies[t], rng=rng)
+
+    threads = [threading.Thread(target=thread, args=(t,)) for t in range(THREADS)]
+    barrier.wait(30)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ledger.calls([row for t in tallies for row in t.rows])
+    engine.store.close()

@@ -14,6 +14,8 @@ refuses to run as root: when the tests run as root, ``initdb`` and ``postgres`` 
     server.restart()                    # same port, same data directory
     server.close()                      # kill and remove the directory
 
+The life cycle is :class:`tests.support.processes.ServerProcess`'s.
+
 The binaries are looked up on ``PATH`` and then in ``/usr/lib/postgresql/*/bin``;
 :func:`postgres_available` says whether they were found (tests skip with the reason
 otherwise). ``IDEMPOTENCY_TEST_PG_URL`` names an existing server to use instead (the
@@ -22,7 +24,6 @@ fixtures in ``tests/conftest.py`` honour it; fault tests that stop the server sk
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import glob
 import os
@@ -31,12 +32,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import psycopg
 
-from .redis_servers import _die_with_parent, free_port
+from .processes import ServerProcess
 
 __all__ = ["PG_BIN", "PostgresServer", "postgres_available", "postgres_unavailable_reason"]
 
@@ -53,7 +53,6 @@ def _find_bin() -> Path | None:
 
 #: Directory holding ``initdb`` and ``postgres``, or ``None``.
 PG_BIN = _find_bin()
-_LIVE: set[PostgresServer] = set()
 
 
 def _run_as() -> pwd.struct_passwd | None:
@@ -78,15 +77,25 @@ def postgres_available() -> bool:
     return postgres_unavailable_reason() is None
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """One PostgreSQL cluster on 127.0.0.1; ``settings`` are extra ``-c name=value``."""
+
+    name = "postgres"
+    log_name = "postgres.log"
+    stop_signal = signal.SIGINT  # fast shutdown: backends are terminated
+    stop_timeout = 30.0
+    probe_interval = 0.05
 
     def __init__(self, *, start: bool = True, start_timeout: float = 30.0, **settings: str) -> None:
         reason = postgres_unavailable_reason()
         if reason is not None:
             raise RuntimeError(reason)
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="pg-test-"))
+        super().__init__(
+            Path(tempfile.mkdtemp(prefix="pg-test-")),
+            port=None,
+            own_dir=True,
+            start_timeout=start_timeout,
+        )
         self.data = self.dir / "data"
         self.settings = {
             "listen_addresses": "127.0.0.1",
@@ -98,8 +107,6 @@ class PostgresServer:
             "shared_buffers": "32MB",
             **settings,
         }
-        self.start_timeout = start_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
         self._user = _run_as()
         if self._user is not None:
             os.chown(self.dir, self._user.pw_uid, self._user.pw_gid)
@@ -111,19 +118,9 @@ class PostgresServer:
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "postgres.log"
-
     def connect(self, **kwargs: object) -> psycopg.Connection[tuple[object, ...]]:
         """A plain autocommit connection for setting up and inspecting state."""
         return psycopg.connect(self.url, autocommit=True, connect_timeout=5, **kwargs)  # type: ignore[arg-type]
-
-    def _preexec(self) -> None:
-        _die_with_parent()
-        if self._user is not None:
-            os.setgid(self._user.pw_gid)
-            os.setuid(self._user.pw_uid)
 
     def _initdb(self) -> None:
         assert PG_BIN is not None
@@ -147,58 +144,34 @@ class PostgresServer:
             cwd=self.dir,
         )
 
-    def start(self) -> None:
-        """Start the postmaster and wait until it accepts connections."""
+    # -- what ServerProcess needs --------------------------------------------------------
+
+    def _preexec(self) -> None:
+        super()._preexec()
+        if self._user is not None:
+            os.setgid(self._user.pw_gid)
+            os.setuid(self._user.pw_uid)
+
+    def _argv(self) -> list[str]:
+        """The ``postgres`` server itself (not ``pg_ctl``: the test holds the postmaster)."""
         assert PG_BIN is not None
         argv = [str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port)]
         for name, value in self.settings.items():
             argv += ["-c", f"{name}={value}"]
-        for attempt in range(5):
-            log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-            try:
-                self.proc = subprocess.Popen(
-                    argv,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=self._preexec,
-                    cwd=self.dir,
-                )
-            finally:
-                log.close()
-            _LIVE.add(self)
-            if self._wait_ready():
-                return
-            self._reap()
-            if attempt == 4:
-                break
-            self.port = free_port()
-        raise RuntimeError(f"postgres did not start; log:\n{self.log_tail()}")
+        return argv
 
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-            try:
-                with psycopg.connect(self.url, connect_timeout=1):
-                    return True
-            except psycopg.OperationalError:
-                time.sleep(0.05)
-        return False
-
-    def log_tail(self, lines: int = 20) -> str:
+    def _ready(self) -> bool:
+        """It accepts connections."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+            with psycopg.connect(self.url, connect_timeout=1):
+                return True
+        except psycopg.OperationalError:
+            return False
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def _signal_all(self, sig: int) -> None:
-        """Signal the postmaster and every backend (its process group is ours)."""
+    def _signal(self, sig: int) -> None:
+        """Signal the postmaster and every backend (its process group is ours): a paused
+        server keeps its connections open and answers nothing; a killed one crashed
+        (recovery runs on the next start)."""
         if self.proc is None or self.proc.poll() is not None:
             return
         pids = [self.proc.pid]
@@ -211,65 +184,7 @@ class PostgresServer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    def pause(self) -> None:
-        """SIGSTOP the postmaster and its backends: connections stay open, nothing answers."""
-        self._signal_all(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal_all(signal.SIGCONT)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Fast shutdown (SIGINT): backends are terminated, clients see their sockets close."""
-        if self.proc is None:
-            return
-        self.resume()
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reap()
-
-    def kill(self) -> None:
-        """SIGKILL the postmaster and its backends: a crash (recovery runs on next start)."""
-        if self.proc is None:
-            return
-        self._signal_all(signal.SIGKILL)
-        self.proc.wait()
-        self._reap()
-
     def _reap(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-        _LIVE.discard(self)
+        super()._reap()
         with contextlib.suppress(OSError):
             (self.data / "postmaster.pid").unlink()
-
-    def restart(self) -> None:
-        """Stop and start again on the same port with the same data directory."""
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> PostgresServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<PostgresServer 127.0.0.1:{self.port} running={self.running}>"
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for server in list(_LIVE):
-        with contextlib.suppress(Exception):
-            server.close()

@@ -1,9 +1,9 @@
 """Throwaway Redis servers for tests: one standalone server, a 3+3 Cluster, a Sentinel.
 
 Every server listens on a free loopback port, keeps its files in its own temporary
-directory, and dies with the test process (``PR_SET_PDEATHSIG`` on Linux, plus an
-``atexit`` sweep), so a crashed test run never leaves a server behind. Nothing here
-touches any other Redis on the machine.
+directory, and dies with the test process (the life cycle is
+:class:`tests.support.processes.ServerProcess`), so a crashed test run never leaves a
+server behind. Nothing here touches any other Redis on the machine.
 
     server = RedisServer()            # started; RedisServer(start=False) to start later
     server.url                        # "redis://127.0.0.1:<port>/0"
@@ -22,12 +22,8 @@ touches any other Redis on the machine.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -36,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+
+from .processes import ServerProcess, free_port, live_servers
 
 __all__ = [
     "REDIS_SERVER",
@@ -51,32 +49,21 @@ __all__ = [
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_CLI = shutil.which("redis-cli")
 
-_LIVE: set[RedisServer] = set()
-
 
 def redis_server_available() -> bool:
     return REDIS_SERVER is not None
 
 
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago (the server retries if it is taken)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class RedisServer:
+class RedisServer(ServerProcess):
     """One ``redis-server`` process on 127.0.0.1.
 
     ``options`` are redis.conf directives (``appendonly="yes"``, ``maxmemory_policy=
     "allkeys-lru"``; underscores become dashes) that override the defaults
     ``--bind 127.0.0.1 --save "" --appendonly no``.
     """
+
+    name = "redis-server"
+    log_name = "redis.log"
 
     def __init__(
         self,
@@ -91,18 +78,18 @@ class RedisServer:
     ) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not on PATH")
-        self._fixed_port = port is not None
-        self.port = port if port is not None else free_port()
-        self._own_dir = directory is None
-        self.dir = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="redis-test-"))
+        super().__init__(
+            Path(directory) if directory else Path(tempfile.mkdtemp(prefix="redis-test-")),
+            port=port,
+            own_dir=directory is None,
+            start_timeout=start_timeout,
+        )
         self.config_file = config_file
         self.sentinel = sentinel
         self.options: dict[str, str] = {"bind": "127.0.0.1"}
         if not sentinel:
             self.options.update({"save": "", "appendonly": "no"})
         self.options.update({k.replace("_", "-"): v for k, v in options.items()})
-        self.start_timeout = start_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
         if start:
             self.start()
 
@@ -116,17 +103,13 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "redis.log"
-
     def client(self, **kwargs: Any) -> redis.Redis:
         """A plain client for setting up and inspecting state (short timeouts)."""
         kwargs.setdefault("socket_timeout", 2.0)
         kwargs.setdefault("socket_connect_timeout", 1.0)
         return redis.Redis(host=self.host, port=self.port, **kwargs)
 
-    # -- life cycle --------------------------------------------------------------------
+    # -- what ServerProcess needs --------------------------------------------------------
 
     def _argv(self) -> list[str]:
         assert REDIS_SERVER is not None
@@ -140,120 +123,17 @@ class RedisServer:
             argv += [f"--{name}", *value.split(" ")] if name != "save" else ["--save", value]
         return argv
 
-    def start(self) -> None:
-        """Start the process and wait until it answers PING."""
-        for attempt in range(5):
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    self._argv(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent,
-                )
-            _LIVE.add(self)
-            if self._wait_ready():
-                return
-            self._reap()
-            if self._fixed_port or attempt == 4:
-                break
-            self.port = free_port()  # lost the race for the port; try another
-        raise RuntimeError(f"redis-server did not start; log:\n{self.log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.start_timeout
+    def _ready(self) -> bool:
+        """It answers PING (not still loading its data)."""
         probe = redis.Redis(
             host=self.host, port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5
         )
         try:
-            while time.monotonic() < deadline:
-                if self.proc is None or self.proc.poll() is not None:
-                    return False
-                try:
-                    if probe.ping():
-                        return True
-                except redis.BusyLoadingError:
-                    pass
-                except redis.ConnectionError:
-                    pass
-                time.sleep(0.01)
+            return bool(probe.ping())
+        except (redis.BusyLoadingError, redis.ConnectionError):
             return False
         finally:
             probe.close()
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def _signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def pause(self) -> None:
-        """SIGSTOP: the server keeps its sockets open but answers nothing."""
-        self._signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT after :meth:`pause`."""
-        self._signal(signal.SIGCONT)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM and wait (a paused server is resumed so that it can exit)."""
-        if self.proc is None:
-            return
-        self._signal(signal.SIGTERM)
-        self._signal(signal.SIGCONT)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reap()
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, no shutdown save."""
-        if self.proc is None:
-            return
-        self._signal(signal.SIGKILL)
-        self.proc.wait()
-        self._reap()
-
-    def _reap(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-        _LIVE.discard(self)
-
-    def restart(self) -> None:
-        """Stop (SIGTERM) and start again on the same port with the same directory."""
-        self.stop()
-        fixed, self._fixed_port = self._fixed_port, True
-        try:
-            self.start()
-        finally:
-            self._fixed_port = fixed
-
-    def close(self) -> None:
-        """Kill the process and remove its directory (if this object created it)."""
-        self.kill()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<RedisServer 127.0.0.1:{self.port} running={self.running}>"
 
 
 class RedisCluster:
@@ -398,11 +278,4 @@ def wait_replicating(primary: RedisServer, replica: RedisServer, timeout: float 
 
 def running_servers() -> Iterator[RedisServer]:
     """The servers this process started and has not stopped (for leak checks)."""
-    return iter(list(_LIVE))
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for server in list(_LIVE):
-        with contextlib.suppress(Exception):
-            server.kill()
+    return iter([s for s in live_servers() if isinstance(s, RedisServer)])
