@@ -325,7 +325,7 @@ def run_mode(
 
 def _remove_run_records(url: str, cfg: WorkerConfig) -> None:
     """Remove what this mode wrote to the store at ``url``, and only that."""
-    from langchain_idempotent.stores._url import parse_store_url  # imports no store
+    from langchain_idempotent.stores import parse_store_url  # imports no store
 
     kind = parse_store_url(url).kind
     if kind == "redis":
@@ -337,17 +337,14 @@ def _remove_run_records(url: str, cfg: WorkerConfig) -> None:
 
 
 def _drop_postgres_table(url: str, table: str) -> None:
-    """Drop this mode's table, the store's two functions on it and its schema row."""
-    import psycopg
+    """Drop this mode's table with the store's own ``drop()`` (table, functions, schema row)."""
+    from langchain_idempotent import PostgresIdempotencyStore
 
-    from langchain_idempotent.stores.postgres._pools import _parse_url
-
-    conninfo, _ = _parse_url(url)
-    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f"DROP FUNCTION IF EXISTS {table}_claim, {table}_complete")
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-        if conn.execute("SELECT to_regclass('langchain_idempotent_schema')").fetchone() != (None,):
-            conn.execute("DELETE FROM langchain_idempotent_schema WHERE table_name = %s", (table,))
+    store = PostgresIdempotencyStore.from_url(url, table=table, auto_setup=False)
+    try:
+        store.drop()
+    finally:
+        store.close()
 
 
 def _drop_sqlite_table(url: str, table: str) -> None:
@@ -386,7 +383,7 @@ def _store_name(mode: str, opts: BatchOptions) -> str:
         return "-"
     if opts.store is None:
         return "sqlite (embedded)"
-    from langchain_idempotent.stores._url import parse_store_url  # imports no store
+    from langchain_idempotent.stores import parse_store_url  # imports no store
 
     kind = parse_store_url(opts.store).kind
     if mode == "reference" and kind != "redis":
@@ -402,7 +399,7 @@ def _without_password(url: str) -> str:
 
 
 def _store_kind(opts: BatchOptions) -> str:
-    from langchain_idempotent.stores._url import parse_store_url  # imports no store
+    from langchain_idempotent.stores import parse_store_url  # imports no store
 
     return "sqlite" if opts.store is None else parse_store_url(opts.store).kind
 

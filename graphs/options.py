@@ -71,7 +71,7 @@ class BatchOptions:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.store is not None:
-            from langchain_idempotent.stores._url import parse_store_url  # imports no store
+            from langchain_idempotent.stores import parse_store_url  # imports no store
 
             if parse_store_url(self.store).kind == "memory":  # ValueError for other schemes
                 raise ValueError(

@@ -31,14 +31,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import MessagesState
 
-from langchain_idempotent import (
-    BaseIdempotencyStore,
-    IdempotencyEvent,
-    PostgresIdempotencyStore,
-    RedisIdempotencyStore,
-    SqliteIdempotencyStore,
-)
-from langchain_idempotent.stores._url import parse_store_url
+from langchain_idempotent import BaseIdempotencyStore, IdempotencyEvent, SqliteIdempotencyStore
+from langchain_idempotent.stores import parse_store_url
 
 from .fake_model import ScriptedRefundModel
 from .faults import chance
@@ -112,9 +106,14 @@ def _make_store(cfg: WorkerConfig) -> BaseIdempotencyStore:
     if cfg.store_url is None:
         return SqliteIdempotencyStore(Path(cfg.workdir) / "idempotency.sqlite")
     kind = parse_store_url(cfg.store_url).kind
+    # Imported only when asked for: the default run needs neither redis-py nor psycopg.
     if kind == "redis":
+        from langchain_idempotent import RedisIdempotencyStore
+
         return RedisIdempotencyStore.from_url(cfg.store_url, prefix=cfg.redis_prefix)
     if kind == "postgres":
+        from langchain_idempotent import PostgresIdempotencyStore
+
         return PostgresIdempotencyStore.from_url(cfg.store_url, table=cfg.store_table)
     if kind == "sqlite":
         return SqliteIdempotencyStore.from_url(cfg.store_url, table=cfg.store_table)

@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "IdempotencySettings": "settings",
     "store_from_env": "settings",
     "store_from_url": "settings",
+    "parse_store_url": "stores._url",
     "Engine": "engine",
     "CallInfo": "keys",
     "IdempotencyEvent": "events",
@@ -102,6 +103,7 @@ if TYPE_CHECKING:
     from .settings import IdempotencySettings as IdempotencySettings
     from .settings import store_from_env as store_from_env
     from .settings import store_from_url as store_from_url
+    from .stores._url import parse_store_url as parse_store_url
     from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
     from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .stores.postgres import (

@@ -466,3 +466,17 @@ def test_a_memory_store_is_refused_for_a_batch_of_processes() -> None:
         BatchOptions(store="memory://")
     with pytest.raises(ValueError, match="unsupported store URL"):
         BatchOptions(store="mysql://db/x")
+
+
+def test_the_default_run_needs_neither_redis_py_nor_psycopg() -> None:
+    """The README's first command installs only the ``demo`` extra: a worker must not import
+    the Redis or Postgres store unless ``--store`` asks for it."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None\n"
+        "import graphs.worker, graphs.batch\n"
+        "print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -232,6 +232,27 @@ async def test_a_table_named_by_a_reserved_word_is_refused_at_setup_naming_it(
         await s.aclose()
 
 
+async def test_drop_removes_the_table_its_functions_and_schema_row_and_the_next_use_sets_up_again(
+    pg_url: str, pg_table: str
+) -> None:
+    s = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        assert claim(s, "k", "a").outcome is ClaimOutcome.ACQUIRED
+        s.drop()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            left = conn.execute(
+                "SELECT to_regclass(%s), (SELECT count(*) FROM pg_proc WHERE proname LIKE %s), "
+                "(SELECT count(*) FROM langchain_idempotent_schema WHERE table_name = %s)",
+                (pg_table, f"{pg_table}_%", pg_table),
+            ).fetchone()
+        assert left == (None, 0, 0)
+        assert claim(s, "k", "a").outcome is ClaimOutcome.ACQUIRED  # set up again, empty
+        await s.adrop()
+        assert s.get("k") is None
+    finally:
+        await s.aclose()
+
+
 # -- records -----------------------------------------------------------------------------------
 
 
@@ -318,7 +339,7 @@ def test_every_function_documents_its_parameters_and_what_it_returns() -> None:
         assert all(re.search(rf"\b{out}\b", returns) for out in outs), (name, outs)
     # The statements sent as plain SQL are each headed by a comment naming their result.
     lines = inspect.getsource(pg_sql._Queries).splitlines()
-    statements = ("renew", "release", "abandon", "get", "now", "delete")
+    statements = ("renew", "release", "abandon", "get", "now", "delete", "drop", "reserved")
     for name in (*statements, "probe_tables", "table_facts"):
         at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"self.{name} ="))
         comment = []

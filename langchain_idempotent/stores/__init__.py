@@ -19,6 +19,7 @@ _STORES: dict[str, str] = {
     "SqliteIdempotencyStore": "sqlite",
     "RedisIdempotencyStore": "redis",
     "PostgresIdempotencyStore": "postgres",
+    "parse_store_url": "_url",
 }
 
 __all__ = list(_STORES)
@@ -38,6 +39,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from ._url import parse_store_url as parse_store_url
     from .base import BaseIdempotencyStore as BaseIdempotencyStore
     from .memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .postgres import (

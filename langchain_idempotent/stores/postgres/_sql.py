@@ -560,8 +560,15 @@ class _Queries:
             "(table_name text PRIMARY KEY, version integer NOT NULL)"
         )
         self.read_version = f"SELECT version FROM {_SCHEMA_TABLE} WHERE table_name = %s"
-        # reserved: %s a name -> a row (its description) when PostgreSQL reserves it as a
-        # word that cannot name a table (``full``, ``order``, ``user``), none otherwise.
+        # drop(), in one transaction after ``lock``: remove the table, its two functions and
+        # its row in the version table (%s: table name). Returns nothing.
+        self.drop = (
+            f"DROP FUNCTION IF EXISTS {t}_claim, {t}_complete",
+            f"DROP TABLE IF EXISTS {t}",
+            f"DELETE FROM {_SCHEMA_TABLE} WHERE table_name = %s",
+        )
+        # reserved: %s a name. Returns a row (its description) when PostgreSQL reserves it
+        # as a word that cannot name a table (``full``, ``order``, ``user``), none otherwise.
         self.reserved = (
             "SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode IN ('R', 'T')"
         )

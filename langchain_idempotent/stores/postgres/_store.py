@@ -265,6 +265,38 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         row = cur.fetchone()
         return int(row[0]) if row else 0
 
+    def drop(self) -> None:
+        """Remove what :meth:`setup` created — the table with every record, its functions
+        and its schema row — for tearing a store down (tests, a per-run table). Irreversible;
+        the store sets the table up again on its next use."""
+
+        def run(cur: psycopg.Cursor[Any]) -> None:
+            with cur.connection.transaction():
+                cur.execute(self._q.lock)
+                cur.execute(self._q.schema_table)
+                drop_functions, drop_table, forget = self._q.drop
+                cur.execute(drop_functions)
+                cur.execute(drop_table)
+                cur.execute(forget, (self._table,))
+
+        self._sync(None, run, setup=False)
+        self._ready = False
+
+    async def adrop(self) -> None:
+        """The async twin of :meth:`drop`."""
+
+        async def run(cur: psycopg.AsyncCursor[Any]) -> None:
+            async with cur.connection.transaction():
+                await cur.execute(self._q.lock)
+                await cur.execute(self._q.schema_table)
+                drop_functions, drop_table, forget = self._q.drop
+                await cur.execute(drop_functions)
+                await cur.execute(drop_table)
+                await cur.execute(forget, (self._table,))
+
+        await self._async(None, run, setup=False)
+        self._ready = False
+
     def _refuse_reserved(self, row: Any) -> None:
         if row is not None:
             raise ValueError(
