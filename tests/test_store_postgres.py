@@ -577,3 +577,30 @@ def test_asyncio_run_returns_while_a_pool_connection_attempt_is_in_flight(
             assert later == [None, None]
         finally:
             store.close()
+
+
+def test_each_ended_event_loop_leaves_no_connection_open_on_the_server(
+    pg_server: Any, pg_url: str, pg_table: str
+) -> None:
+    """A script calling ``asyncio.run`` again and again gets a pool per loop; the end of
+    each loop closes its pool's connections (else the server runs out of them)."""
+    app = f"idem-loops-{pg_table}"
+    store = PostgresIdempotencyStore.from_url(f"{pg_url}?application_name={app}", table=pg_table)
+
+    def open_connections() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    try:
+        for i in range(6):
+            assert asyncio.run(store.aget(f"k{i}")) is None
+        deadline = time.monotonic() + 20
+        while open_connections() and time.monotonic() < deadline:
+            time.sleep(0.05)  # a backend exits a moment after its client closes
+        assert open_connections() == 0
+    finally:
+        store.close()

@@ -11,9 +11,10 @@
   the middle of a connection attempt and wait for more work, so that wait never ended
   (a script or notebook calling ``asyncio.run`` again and again hung at exit). Each owned
   async pool therefore has a watcher task that, cancelled with the others, closes its
-  pool: the close stops the workers. From then on the ending loop's operations run on
-  the sync pool in a worker thread (:meth:`_Pools.async_` answers ``None``), so no pool
-  with background tasks is opened in a loop that is closing.
+  pool and its idle connections: the close stops the workers. From then on the ending
+  loop's operations run on the sync pool in a worker thread (:meth:`_Pools.async_`
+  answers ``None``), so no pool with background tasks is opened in a loop that is
+  closing.
 - **Errors.** :func:`run_sync` / :func:`run_async` run one operation's callback on a
   cursor of a pooled connection. Every psycopg / pool error becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` with the key, chained with
@@ -170,10 +171,16 @@ class _Pools:
             self._ending.add(loop)
             if self._own_async.get(loop) is own:
                 del self._own_async[loop]
-            # A worker cancelled along with this task may already be done: the pool's
-            # wait for it then raises CancelledError too.
+            # The workers cancelled along with this task make close() raise
+            # CancelledError from its wait for them, before it closes the idle
+            # connections: those are taken first (psycopg_pool's idle deque) and closed
+            # here, else each ended loop would leave one open on the server.
+            idle = list(getattr(own.pool, "_pool", ()))
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await own.pool.close()
+            for conn in idle:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await conn.close()
             raise
 
     def listen_conninfo(self) -> tuple[str, dict[str, Any]]:
