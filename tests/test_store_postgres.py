@@ -557,3 +557,71 @@ def test_a_store_from_a_url_pickles_as_its_configuration(pg_url: str, pg_table: 
     finally:
         copy.close()
         s.close()
+
+
+def test_asyncio_run_returns_while_a_pool_connection_attempt_is_in_flight(
+    pg_url: str, pg_table: str
+) -> None:
+    """``asyncio.run`` cancels the tasks its loop leaves behind and waits for them; the
+    loop's pool must not leave a worker that swallows that cancellation (psycopg_pool's
+    workers do, in the middle of a connection attempt) and wait forever for more work.
+    Here every connection attempt stalls (a proxy holds the startup packet), so the
+    pool's attempt is still in flight when the first loop ends; later loops connect."""
+    from tests.support.faults import FaultProxy
+
+    port = int(pg_url.rsplit(":", 1)[1].split("/", 1)[0])
+    with FaultProxy(port) as proxy:
+        url = pg_url.replace(f":{port}/", f":{proxy.port}/")
+        store = PostgresIdempotencyStore.from_url(url, table=pg_table, timeout=0.5)
+        proxy.add_rule(b"", "stall_request", times=None)  # every new connection stalls
+        outcomes: list[object] = []
+
+        async def read() -> None:
+            try:
+                outcomes.append(await store.aget("k"))
+            except StoreUnavailableError as exc:
+                outcomes.append(exc)
+
+        def runs() -> None:
+            asyncio.run(read())  # ends while the pool's connection attempt stalls
+            proxy.clear_rules()
+            asyncio.run(read())
+            asyncio.run(read())
+
+        runner = threading.Thread(target=runs, daemon=True)
+        try:
+            runner.start()
+            runner.join(60)
+            assert not runner.is_alive(), "asyncio.run hung cancelling the pool's tasks"
+            stalled, *later = outcomes
+            assert isinstance(stalled, StoreUnavailableError) and stalled.key == "k"
+            assert later == [None, None]
+        finally:
+            store.close()
+
+
+def test_each_ended_event_loop_leaves_no_connection_open_on_the_server(
+    pg_server: Any, pg_url: str, pg_table: str
+) -> None:
+    """A script calling ``asyncio.run`` again and again gets a pool per loop; the end of
+    each loop closes its pool's connections (else the server runs out of them)."""
+    app = f"idem-loops-{pg_table}"
+    store = PostgresIdempotencyStore.from_url(f"{pg_url}?application_name={app}", table=pg_table)
+
+    def open_connections() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    try:
+        for i in range(6):
+            assert asyncio.run(store.aget(f"k{i}")) is None
+        deadline = time.monotonic() + 20
+        while open_connections() and time.monotonic() < deadline:
+            time.sleep(0.05)  # a backend exits a moment after its client closes
+        assert open_connections() == 0
+    finally:
+        store.close()

@@ -6,6 +6,15 @@
   per event loop on first async use, both autocommit, closed by ``close()`` / ``aclose()``
   and reopened on next use. After ``fork()`` the store calls :meth:`_Pools.forget`: the
   child builds its own and never touches the parent's sockets.
+- **A loop's end.** ``asyncio.run`` ends by cancelling the tasks its loop still has and
+  waiting for them. psycopg_pool's worker tasks swallow a cancellation that arrives in
+  the middle of a connection attempt and wait for more work, so that wait never ended
+  (a script or notebook calling ``asyncio.run`` again and again hung at exit). Each owned
+  async pool therefore has a watcher task that, cancelled with the others, closes its
+  pool and its idle connections: the close stops the workers. From then on the ending
+  loop's operations run on the sync pool in a worker thread (:meth:`_Pools.async_`
+  answers ``None``), so no pool with background tasks is opened in a loop that is
+  closing.
 - **Errors.** :func:`run_sync` / :func:`run_async` run one operation's callback on a
   cursor of a pooled connection. Every psycopg / pool error becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` with the key, chained with
@@ -82,14 +91,17 @@ class _Pools:
         self._table = table
         self._lock = threading.Lock()
         self._own: ConnectionPool[Any] | None = None
-        self._own_async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncConnectionPool[Any]
-        ] = weakref.WeakKeyDictionary()
+        self._own_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = (
+            weakref.WeakKeyDictionary()
+        )
+        #: Loops whose tasks were cancelled (``asyncio.run`` ending them): no new pool.
+        self._ending: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
     def forget(self) -> None:
         """In a forked child: drop the parent's owned pools without closing them."""
         self._own = None
         self._own_async = weakref.WeakKeyDictionary()
+        self._ending = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def sync(self, key: str | None) -> ConnectionPool[Any]:
@@ -117,27 +129,59 @@ class _Pools:
             return self._own
 
     async def async_(self, key: str | None) -> AsyncConnectionPool[Any] | None:
-        """This loop's async pool; ``None`` when only a sync pool was given."""
+        """This loop's async pool; ``None`` when only a sync pool was given, or when this
+        loop is ending (its operations then run on the sync pool, in a thread)."""
         if self.user_async is not None:
             return self.user_async
         if self.conninfo is None:
             return None
         loop = asyncio.get_running_loop()
-        apool = self._own_async.get(loop)
-        if apool is None:
-            apool = AsyncConnectionPool(
-                self.conninfo,
-                kwargs={"autocommit": True},
-                open=False,
-                name=f"idempotency-{self._table}-async",
-                **self.options,
-            )
-            try:
-                await apool.open(wait=False)
-            except _ERRORS as exc:
-                raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
-            self._own_async[loop] = apool
+        own = self._own_async.get(loop)
+        if own is not None:
+            return own.pool
+        if loop in self._ending:
+            return None
+        apool = AsyncConnectionPool(
+            self.conninfo,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"idempotency-{self._table}-async",
+            **self.options,
+        )
+        try:
+            await apool.open(wait=False)
+        except _ERRORS as exc:
+            raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+        own = self._own_async[loop] = _LoopPool(apool, loop.create_future())
+        own.watcher = loop.create_task(
+            self._close_when_cancelled(loop, own), name=f"idempotency-{self._table}-async-end"
+        )
         return apool
+
+    def ending(self) -> bool:
+        """Whether the running loop is ending (see *A loop's end* above)."""
+        return asyncio.get_running_loop() in self._ending
+
+    async def _close_when_cancelled(self, loop: asyncio.AbstractEventLoop, own: _LoopPool) -> None:
+        """Wait until ``aclose()`` closes ``own`` or the loop cancels this task; then close
+        the pool (its workers ignore that cancellation) and let no new one open here."""
+        try:
+            await own.closed
+        except asyncio.CancelledError:
+            self._ending.add(loop)
+            if self._own_async.get(loop) is own:
+                del self._own_async[loop]
+            # The workers cancelled along with this task make close() raise
+            # CancelledError from its wait for them, before it closes the idle
+            # connections: those are taken first (psycopg_pool's idle deque) and closed
+            # here, else each ended loop would leave one open on the server.
+            idle = list(getattr(own.pool, "_pool", ()))
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await own.pool.close()
+            for conn in idle:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await conn.close()
+            raise
 
     def listen_conninfo(self) -> tuple[str, dict[str, Any]]:
         """Where a ``LISTEN`` connection connects to: the URL, or the given pool's server."""
@@ -162,9 +206,22 @@ class _Pools:
         """Close the running loop's owned async pool, if any."""
         with contextlib.suppress(RuntimeError):
             loop = asyncio.get_running_loop()
-            apool = self._own_async.pop(loop, None)
-            if apool is not None:
-                await apool.close()
+            own = self._own_async.pop(loop, None)
+            if own is not None:
+                if not own.closed.done():
+                    own.closed.set_result(None)  # its watcher returns
+                await own.pool.close()
+
+
+class _LoopPool:
+    """One loop's owned async pool, and the task that closes it when the loop ends."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any], closed: asyncio.Future[None]) -> None:
+        self.pool = pool
+        #: Done when ``aclose()`` closed the pool (the watcher then just returns).
+        self.closed = closed
+        #: Held here: the loop keeps only a weak reference to its tasks.
+        self.watcher: asyncio.Task[None] | None = None
 
 
 def run_sync(

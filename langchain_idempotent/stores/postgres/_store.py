@@ -636,6 +636,11 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     async def atransaction(self) -> AsyncPostgresTransaction:
         """The async twin of :meth:`transaction` (an ``AsyncConnection``)."""
         pool = await self._async_pool(None)
+        if pool is None and self._pools.ending():
+            raise StoreUnavailableError(
+                "PostgreSQL: this event loop is ending (asyncio.run is cancelling its "
+                "tasks); a transaction cannot begin on it"
+            )
         if pool is None:
             raise TypeError(
                 "transactional mode for async tools needs an AsyncConnectionPool: pass "
