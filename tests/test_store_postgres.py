@@ -144,7 +144,7 @@ def test_a_table_created_at_schema_version_2_migrates_and_then_reports_reasons(
             "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
             pg_table,
         )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(4,)]
+        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(3,)]
     finally:
         fresh.close()
 

@@ -5,8 +5,8 @@
   (:meth:`_Queries.migrations`). Version 1 is the table and its indexes, version 2 the two
   PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which implement the
   decision table of :mod:`langchain_idempotent.protocol` (comments name the rows), version
-  3 ``<table>_claim`` again, now also returning a takeover's ``reason``, version 4
-  ``<table>_claim`` again, inserting an absent key without a second look-up. Each
+  3 ``<table>_claim`` again, now also returning a takeover's ``reason`` and inserting an
+  absent key without a second look-up. Each
   function is headed by comments naming every parameter and what it returns, like the
   Redis store's Lua scripts.
 - **Statements.** :class:`_Queries` builds every statement the store sends, once per
@@ -39,7 +39,7 @@ from ...record import (
 )
 
 #: Version of the schema below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 3
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 _STATES = {s.value: s for s in State}
 _REASONS: dict[str, UncertainReason] = {r: r for r in get_args(UncertainReason)}
@@ -280,131 +280,11 @@ $fn$
 
 _V3 = """
 -- Version 3: {t}_claim also answers why a takeover's or an expired answer's previous
--- outcome is unknown (Claim.reason). A new OUT parameter needs the old function dropped.
+-- outcome is unknown (Claim.reason), and inserts an absent key (the no-lock read found no
+-- row) at once instead of looking it up again under FOR UPDATE first. A new OUT parameter
+-- needs the old function dropped.
 DROP FUNCTION IF EXISTS {t}_claim(text, text, text, bigint, bigint, boolean, jsonb, integer)
 ;;
--- {t}_claim: replay, acquire, take over, or answer busy / mismatch / expired, in one call
--- (protocol.decide_claim).
--- p_key          the record's key              p_owner       the claimant's owner token
--- p_fingerprint  fingerprint of the arguments  p_lease_ms    lease in ms
--- p_ttl_ms       retention in ms (the row is kept max(ttl, lease) past now)
--- p_takeover     true: take over an expired lease ("takeover"); false: answer expired
--- p_meta         the record's meta, a jsonb object of strings (used when a row is created)
--- p_sweep        0, or how many expired rows to delete first (every 64th claim)
--- Returns one row (outcome, o_fence, o_attempt, retry_after_ms, failed, payload, reason):
--- outcome is a ClaimOutcome value, or 'corrupt' for a row of an unknown format version;
--- o_fence / o_attempt the record's (new) fence and attempt; retry_after_ms the rest of a
--- live lease (busy); failed and payload the stored result (replay only, else NULL);
--- reason, for takeover and expired only (else NULL), why the previous attempt's outcome
--- is unknown: the reason an abandoned row's owner names ('!cancelled' -> 'cancelled',
--- record.abandoned_reason), else 'lease_expired'.
-CREATE OR REPLACE FUNCTION {t}_claim(
-    p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint,
-    p_takeover boolean, p_meta jsonb, p_sweep integer,
-    OUT outcome text, OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint,
-    OUT failed boolean, OUT payload bytea, OUT reason text)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    now_ms bigint;
-    rec {t}%ROWTYPE;
-BEGIN
-    retry_after_ms := 0; failed := false;
-    IF p_sweep > 0 THEN  -- the occasional bounded purge of expired rows
-        DELETE FROM {t} WHERE key IN (
-            SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
-            ORDER BY s.expires_at LIMIT p_sweep FOR UPDATE SKIP LOCKED);
-    END IF;
-    -- Fast path, no row lock: the answers that write nothing (MISMATCH, REPLAY, BUSY) from
-    -- a plain read. Done rows never change; a running row read just before it changed
-    -- only sends a waiter to watch and claim again, as if it had asked a moment earlier.
-    SELECT * INTO rec FROM {t} WHERE key = p_key;
-    now_ms := {now};
-    IF FOUND AND rec.expires_at > now_ms AND rec.version = {version} THEN
-        o_fence := rec.fence; o_attempt := rec.attempt;
-        IF rec.fingerprint <> p_fingerprint THEN
-            outcome := 'mismatch';
-            RETURN;
-        END IF;
-        IF rec.state IN ('completed', 'failed') THEN
-            outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
-            RETURN;
-        END IF;
-        IF rec.state = 'running' AND rec.owner <> p_owner AND rec.lease_until > now_ms THEN
-            outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
-            RETURN;
-        END IF;
-    END IF;
-    -- Everything else writes: lock the row (or settle the race to insert it) and decide.
-    LOOP
-        SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
-        now_ms := {now};  -- after the lock
-        IF NOT FOUND OR rec.expires_at <= now_ms THEN
-            -- absent (an expired row is absent, and overwritten) -> ACQUIRED fence 1, attempt 1
-            IF FOUND THEN
-                DELETE FROM {t} WHERE key = p_key;
-            END IF;
-            INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                             payload, created_at, updated_at, version, meta, namespace,
-                             thread_id, expires_at)
-            VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                    NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
-                    p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
-            ON CONFLICT (key) DO NOTHING;
-            IF FOUND THEN
-                outcome := 'acquired'; o_fence := 1; o_attempt := 1;
-                RETURN;
-            END IF;
-            CONTINUE;  -- another claim inserted it first: decide on its row
-        END IF;
-        EXIT;
-    END LOOP;
-    o_fence := rec.fence; o_attempt := rec.attempt;
-    IF rec.version <> {version} THEN
-        outcome := 'corrupt';
-        RETURN;
-    END IF;
-    IF rec.fingerprint <> p_fingerprint THEN  -- fingerprint differs -> MISMATCH
-        outcome := 'mismatch';
-        RETURN;
-    END IF;
-    IF rec.state IN ('completed', 'failed') THEN  -- done -> REPLAY
-        outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
-        RETURN;
-    END IF;
-    IF rec.state = 'running' AND rec.owner = p_owner THEN  -- the claimant -> OWNED
-        UPDATE {t} SET lease_until = now_ms + p_lease_ms, updated_at = now_ms,
-                       expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
-        WHERE key = p_key;
-        outcome := 'owned';
-        RETURN;
-    END IF;
-    IF rec.state = 'running' AND rec.lease_until > now_ms THEN  -- live lease -> BUSY
-        outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
-        RETURN;
-    END IF;
-    IF rec.state = 'running' THEN  -- an expired or abandoned lease: the outcome is unknown
-        reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)
-                       ELSE 'lease_expired' END;
-    END IF;
-    IF rec.state = 'running' AND NOT p_takeover THEN  -- expired, policy "raise" -> EXPIRED
-        outcome := 'expired';
-        RETURN;
-    END IF;
-    -- FREE -> ACQUIRED; expired, policy "takeover" -> TAKEOVER: fence + 1, attempt + 1
-    outcome := CASE WHEN rec.state = 'free' THEN 'acquired' ELSE 'takeover' END;
-    o_fence := rec.fence + 1; o_attempt := rec.attempt + 1;
-    UPDATE {t} SET state = 'running', owner = p_owner, fence = o_fence, attempt = o_attempt,
-                   lease_until = now_ms + p_lease_ms, payload = NULL, updated_at = now_ms,
-                   expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
-    WHERE key = p_key;
-END
-$fn$
-"""
-
-_V4 = """
--- Version 4: {t}_claim again, same parameters and result: an absent key (the no-lock read
--- found no row) is inserted at once instead of being looked up again under FOR UPDATE
--- first (one index probe less on every first run); the answers are unchanged.
 -- {t}_claim: replay, acquire, take over, or answer busy / mismatch / expired, in one call
 -- (protocol.decide_claim).
 -- p_key          the record's key              p_owner       the claimant's owner token
@@ -538,7 +418,7 @@ END
 $fn$
 """
 
-_MIGRATIONS = (_V1, _V2, _V3, _V4)
+_MIGRATIONS = (_V1, _V2, _V3)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -576,7 +456,7 @@ class _Queries:
             f"INSERT INTO {_SCHEMA_TABLE} (table_name, version) VALUES ('{t}', {{v}}) "
             "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version"
         )
-        # The functions' parameters, in the order of their header comments (claim: _V4,
+        # The functions' parameters, in the order of their header comments (claim: _V3,
         # complete: _V2); their result rows are read by _claim_answer and _completion.
         # claim: %(name)s, the function's parameters by name without p_ (key, owner,
         # fingerprint, lease_ms, ttl_ms, takeover, meta, sweep). Returns its row.
