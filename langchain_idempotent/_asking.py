@@ -4,7 +4,8 @@ the call it was asked about.
 LangGraph matches resume values to the ``interrupt()`` calls *of one task* by position:
 the n-th ``interrupt()`` the task makes in a run gets the n-th answer the task has
 (``langgraph.types.interrupt`` and ``pregel._algo._scratchpad``; the interrupt id is a hash
-of the task's namespace and how many answers it already has). A hand-built ``ToolNode``
+of the task's namespace and how many answers it already has; the task's scratchpad and its
+interrupt counter are LangGraph internals, read through :mod:`._compat`). A hand-built ``ToolNode``
 runs the parallel calls of one ``AIMessage`` in one task, on executor threads (or in one
 ``asyncio.gather``), so the order in which those calls reach ``interrupt()`` changes from
 run to run, and a plain ``interrupt()`` per call can hand an answer to the wrong call.
@@ -22,6 +23,11 @@ who an answer belongs to:
 * A call that arrives after the task's question was raised re-raises that same question
   (same interrupt id and value), so whichever exception LangGraph surfaces asks the
   recorded call.
+* Before a turn's ``interrupt()``, the call looks up whom the position's question asked
+  about, and draws the answer with *that* call's ``response_schema``, so LangGraph checks
+  the answer against the call it belongs to before it saves it. (Should the owner not
+  have reached its turn in this process yet, the answer is drawn unchecked and the owner
+  checks it when handed over.)
 
 Parallel gated calls in one ``ToolNode`` step are therefore asked one after another: each
 resume answers one call and the node re-runs to ask the next. ``create_agent`` (and any
@@ -45,12 +51,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 
+from ._compat import interrupt_counter, task_scratchpad
 from .errors import IdempotencyError
 
 __all__ = ["NotInGraphError", "aask", "ask", "question_key"]
 
-#: LangGraph's per-task scratchpad in ``configurable``; every thread of a task shares it.
-_SCRATCHPAD = "__pregel_scratchpad"
 #: Tasks remembered in this process (a task needs its entry only while its run lasts).
 _MAX_TASKS = 4096
 
@@ -76,8 +81,11 @@ class _Task:
     asked: int = 0
     #: Answers drawn by one call for another, by the other call's key.
     answers: dict[str, Any] = field(default_factory=dict)
-    #: A call is between its turn's ``interrupt()`` and handing the answer on (looking
-    #: up the owner, or recording its question): the others wait.
+    #: Each waiting call's ``response_schema``, by its key (an answer is drawn with its
+    #: owner's).
+    schemas: dict[str, Any] = field(default_factory=dict)
+    #: A call is looking up a position's owner, or recording its question: the others
+    #: wait.
     busy: bool = False
     raised: GraphInterrupt | None = None
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -91,8 +99,7 @@ _asked_here: OrderedDict[str, str] = OrderedDict()
 
 
 def _task(config: RunnableConfig, thread_id: str, tool: str, key: str) -> _Task:
-    configurable = config.get("configurable") or {}
-    scratchpad = configurable.get(_SCRATCHPAD)
+    scratchpad = task_scratchpad(config)
     if scratchpad is None:
         raise NotInGraphError(
             f"tool {tool!r} needs human approval (approval=...), which asks through "
@@ -101,13 +108,14 @@ def _task(config: RunnableConfig, thread_id: str, tool: str, key: str) -> _Task:
             "with tool.invoke() on its own; or build this tool without approval",
             key=key,
         )
-    ns = str(configurable.get("checkpoint_ns", ""))
+    ns = str((config.get("configurable") or {}).get("checkpoint_ns", ""))
     # The counter is replaced when LangGraph retries the task (and counts from 0 again).
-    ident = (id(scratchpad.interrupt_counter), thread_id, ns)
+    counter = interrupt_counter(scratchpad)
+    ident = (id(counter), thread_id, ns)
     with _tasks_lock:
         task = _tasks.get(ident)
-        if task is None or task.counter is not scratchpad.interrupt_counter:
-            task = _tasks[ident] = _Task(scratchpad.interrupt_counter, thread_id, ns)
+        if task is None or task.counter is not counter:
+            task = _tasks[ident] = _Task(counter, thread_id, ns)
             while len(_tasks) > _MAX_TASKS:
                 _tasks.popitem(last=False)
         return task
@@ -138,6 +146,12 @@ def _again(question: GraphInterrupt) -> GraphInterrupt:
     return GraphInterrupt(question.args[0] if question.args else ())
 
 
+def _schema_for(task: _Task, owner: str | None, key: str, schema: Any) -> Any:
+    """The schema an answer at a position owned by ``owner`` is drawn with (``None``: not
+    checked while drawing; the owner checks it)."""
+    return schema if owner in (None, key) else task.schemas.get(owner or "")
+
+
 def ask(
     config: RunnableConfig,
     *,
@@ -145,18 +159,22 @@ def ask(
     thread_id: str,
     tool: str,
     request: Any,
-    record: Callable[[str, str], None],
+    schema: Any,
+    record: Callable[[str], None],
     lookup: Callable[[str], str | None],
 ) -> Any:
-    """The answer to the call ``key``'s question ``request``, or raise it.
+    """The answer to the call ``key``'s question ``request`` (checked against
+    ``schema``), or raise it.
 
-    ``record(question_key, key)`` stores write-once which call a question asks about;
-    ``lookup(question_key)`` reads it back (``None`` when absent).
+    ``record(question_key)`` stores write-once that the question asks about ``key``;
+    ``lookup(question_key)`` reads back which call a question asked about (``None`` when
+    absent).
     """
     from langgraph.types import interrupt
 
     task = _task(config, thread_id, tool, key)
     with task.cond:
+        task.schemas[key] = schema
         while True:
             if key in task.answers:
                 return task.answers.pop(key)
@@ -165,13 +183,8 @@ def ask(
             if task.busy:
                 task.cond.wait()
                 continue
-            position, task.asked = task.asked, task.asked + 1
+            position = task.asked
             qkey = question_key(thread_id, task.ns, position)
-            try:
-                value = interrupt(request)
-            except GraphInterrupt as exc:
-                question, task.busy = exc, True
-                break
             owner = _asked_locally(qkey)
             if owner is None:
                 task.busy = True
@@ -182,6 +195,12 @@ def ask(
                     task.cond.acquire()
                     task.busy = False
                     task.cond.notify_all()
+            task.asked += 1
+            try:
+                value = interrupt(request, response_schema=_schema_for(task, owner, key, schema))
+            except GraphInterrupt as exc:
+                question, task.busy = exc, True
+                break
             if owner is None:
                 raise _unknown(task, position)
             if owner == key:
@@ -191,7 +210,7 @@ def ask(
     # This call asks. Record which call the question is about before anyone sees it.
     try:
         _remember(qkey, key)
-        record(qkey, key)
+        record(qkey)
     finally:
         with task.cond:
             task.raised, task.busy = question, False
@@ -206,7 +225,8 @@ async def aask(
     thread_id: str,
     tool: str,
     request: Any,
-    record: Callable[[str, str], Awaitable[None]],
+    schema: Any,
+    record: Callable[[str], Awaitable[None]],
     lookup: Callable[[str], Awaitable[str | None]],
 ) -> Any:
     """The async twin of :func:`ask` (the calls of one task share one event loop)."""
@@ -217,6 +237,7 @@ async def aask(
         task.acond = asyncio.Condition()
     cond = task.acond
     async with cond:
+        task.schemas[key] = schema
         while True:
             if key in task.answers:
                 return task.answers.pop(key)
@@ -225,13 +246,8 @@ async def aask(
             if task.busy:
                 await cond.wait()
                 continue
-            position, task.asked = task.asked, task.asked + 1
+            position = task.asked
             qkey = question_key(thread_id, task.ns, position)
-            try:
-                value = interrupt(request)
-            except GraphInterrupt as exc:
-                question, task.busy = exc, True
-                break
             owner = _asked_locally(qkey)
             if owner is None:
                 task.busy = True
@@ -242,6 +258,12 @@ async def aask(
                     await cond.acquire()
                     task.busy = False
                     cond.notify_all()
+            task.asked += 1
+            try:
+                value = interrupt(request, response_schema=_schema_for(task, owner, key, schema))
+            except GraphInterrupt as exc:
+                question, task.busy = exc, True
+                break
             if owner is None:
                 raise _unknown(task, position)
             if owner == key:
@@ -250,7 +272,7 @@ async def aask(
             cond.notify_all()
     try:
         _remember(qkey, key)
-        await record(qkey, key)
+        await record(qkey)
     finally:
         async with cond:
             task.raised, task.busy = question, False

@@ -32,8 +32,9 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
+from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import format_tool_output
+from .approval import Verdict, adecide, decide
 from .events import EventHook
 from .keys import TURN_CONFIG_KEY, model_schema, turn_from_messages
 from .policy import Policy, PolicyOptions

@@ -33,8 +33,9 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
+from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
+from .approval import Verdict, adecide, decide
 from .engine import Engine
 from .events import EventHook
 from .keys import model_schema
