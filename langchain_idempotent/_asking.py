@@ -23,6 +23,8 @@ who an answer belongs to:
 * A call that arrives after the task's question was raised re-raises that same question
   (same interrupt id and value), so whichever exception LangGraph surfaces asks the
   recorded call.
+* The turns are one generator (:func:`_turns`) with a thread driver (:func:`ask`) and an
+  asyncio driver (:func:`aask`), which own the lock and the store calls.
 * Before a turn's ``interrupt()``, the call looks up whom the position's question asked
   about, and draws the answer with *that* call's ``response_schema``, so LangGraph checks
   the answer against the call it belongs to before it saves it. (Should the owner not
@@ -44,7 +46,7 @@ import asyncio
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,6 +154,75 @@ def _schema_for(task: _Task, owner: str | None, key: str, schema: Any) -> Any:
     return schema if owner in (None, key) else task.schemas.get(owner or "")
 
 
+@dataclass(frozen=True, slots=True)
+class _Outside:
+    """Run ``call(qkey)`` with the task's lock released (a store read or write); reply:
+    its result. The lock is taken again and the waiting calls woken after it."""
+
+    call: Callable[[str], Any]
+    qkey: str
+
+
+#: Wait on the task's condition until another call wakes this one.
+_WAIT = "wait"
+#: Wake the calls waiting on the task's condition.
+_WAKE = "wake"
+_Turn = Generator[_Outside | str, Any, Any]
+
+
+def _turns(
+    task: _Task,
+    *,
+    key: str,
+    request: Any,
+    schema: Any,
+    record: Callable[[str], Any],
+    lookup: Callable[[str], Any],
+) -> _Turn:
+    """The call ``key``'s turns, run holding the task's lock (one driver per face, below):
+    returns the answer to its question or raises it. Each turn looks up whom the next
+    position's question asked about, then draws that position's answer with the owner's
+    schema: the call's own answer, one to hand to its owner, or this call's question."""
+    from langgraph.types import interrupt
+
+    task.schemas[key] = schema
+    while True:
+        if key in task.answers:
+            return task.answers.pop(key)
+        if task.raised is not None:
+            raise _again(task.raised)
+        if task.busy:
+            yield _WAIT
+            continue
+        position = task.asked
+        qkey = question_key(task.thread_id, task.ns, position)
+        owner = _asked_locally(qkey)
+        if owner is None:
+            task.busy = True
+            try:
+                owner = yield _Outside(lookup, qkey)
+            finally:
+                task.busy = False
+        task.asked += 1
+        try:
+            value = interrupt(request, response_schema=_schema_for(task, owner, key, schema))
+        except GraphInterrupt as question:
+            # This call asks. Record which call the question is about before anyone sees it.
+            task.busy = True
+            try:
+                _remember(qkey, key)
+                yield _Outside(record, qkey)
+            finally:
+                task.raised, task.busy = question, False
+            raise question
+        if owner is None:
+            raise _unknown(task, position)
+        if owner == key:
+            return value
+        task.answers[owner] = value
+        yield _WAKE
+
+
 def ask(
     config: RunnableConfig,
     *,
@@ -170,52 +241,33 @@ def ask(
     ``lookup(question_key)`` reads back which call a question asked about (``None`` when
     absent).
     """
-    from langgraph.types import interrupt
-
     task = _task(config, thread_id, tool, key)
+    turns = _turns(task, key=key, request=request, schema=schema, record=record, lookup=lookup)
+    reply: Any = None
+    error: BaseException | None = None
     with task.cond:
-        task.schemas[key] = schema
         while True:
-            if key in task.answers:
-                return task.answers.pop(key)
-            if task.raised is not None:
-                raise _again(task.raised)
-            if task.busy:
+            try:
+                step = turns.throw(error) if error is not None else turns.send(reply)
+            except StopIteration as done:
+                return done.value
+            except BaseException:
+                task.cond.notify_all()  # the question is open: the waiting calls re-raise it
+                raise
+            reply, error = None, None
+            if step == _WAIT:
                 task.cond.wait()
-                continue
-            position = task.asked
-            qkey = question_key(thread_id, task.ns, position)
-            owner = _asked_locally(qkey)
-            if owner is None:
-                task.busy = True
+            elif isinstance(step, _Outside):
                 task.cond.release()
                 try:
-                    owner = lookup(qkey)
+                    reply = step.call(step.qkey)
+                except BaseException as exc:
+                    error = exc
                 finally:
                     task.cond.acquire()
-                    task.busy = False
                     task.cond.notify_all()
-            task.asked += 1
-            try:
-                value = interrupt(request, response_schema=_schema_for(task, owner, key, schema))
-            except GraphInterrupt as exc:
-                question, task.busy = exc, True
-                break
-            if owner is None:
-                raise _unknown(task, position)
-            if owner == key:
-                return value
-            task.answers[owner] = value
-            task.cond.notify_all()
-    # This call asks. Record which call the question is about before anyone sees it.
-    try:
-        _remember(qkey, key)
-        record(qkey)
-    finally:
-        with task.cond:
-            task.raised, task.busy = question, False
-            task.cond.notify_all()
-    raise question
+            else:
+                task.cond.notify_all()
 
 
 async def aask(
@@ -229,52 +281,34 @@ async def aask(
     record: Callable[[str], Awaitable[None]],
     lookup: Callable[[str], Awaitable[str | None]],
 ) -> Any:
-    """The async twin of :func:`ask` (the calls of one task share one event loop)."""
-    from langgraph.types import interrupt
-
+    """The async face of :func:`ask` (the calls of one task share one event loop)."""
     task = _task(config, thread_id, tool, key)
     if task.acond is None:
         task.acond = asyncio.Condition()
     cond = task.acond
+    turns = _turns(task, key=key, request=request, schema=schema, record=record, lookup=lookup)
+    reply: Any = None
+    error: BaseException | None = None
     async with cond:
-        task.schemas[key] = schema
         while True:
-            if key in task.answers:
-                return task.answers.pop(key)
-            if task.raised is not None:
-                raise _again(task.raised)
-            if task.busy:
+            try:
+                step = turns.throw(error) if error is not None else turns.send(reply)
+            except StopIteration as done:
+                return done.value
+            except BaseException:
+                cond.notify_all()
+                raise
+            reply, error = None, None
+            if step == _WAIT:
                 await cond.wait()
-                continue
-            position = task.asked
-            qkey = question_key(thread_id, task.ns, position)
-            owner = _asked_locally(qkey)
-            if owner is None:
-                task.busy = True
+            elif isinstance(step, _Outside):
                 cond.release()
                 try:
-                    owner = await lookup(qkey)
+                    reply = await step.call(step.qkey)
+                except BaseException as exc:
+                    error = exc
                 finally:
                     await cond.acquire()
-                    task.busy = False
                     cond.notify_all()
-            task.asked += 1
-            try:
-                value = interrupt(request, response_schema=_schema_for(task, owner, key, schema))
-            except GraphInterrupt as exc:
-                question, task.busy = exc, True
-                break
-            if owner is None:
-                raise _unknown(task, position)
-            if owner == key:
-                return value
-            task.answers[owner] = value
-            cond.notify_all()
-    try:
-        _remember(qkey, key)
-        await record(qkey)
-    finally:
-        async with cond:
-            task.raised, task.busy = question, False
-            cond.notify_all()
-    raise question
+            else:
+                cond.notify_all()
