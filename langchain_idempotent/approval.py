@@ -307,6 +307,16 @@ class _Ask:
     #: What the record naming which call a question asks about is written with.
     record: Mapping[str, Any]
 
+    def question(self) -> dict[str, Any]:
+        """The arguments of :func:`._asking.ask` / ``aask`` that say what is asked."""
+        return {
+            "key": self.key,
+            "thread_id": self.thread_id,
+            "tool": self.tool,
+            "request": self.request,
+            "schema": self.schema,
+        }
+
 
 Flow = Generator[_Op | _Ask, Any, Any]
 
@@ -466,11 +476,7 @@ def _drive(steps: Flow, store: BaseIdempotencyStore, config: RunnableConfig) -> 
                 continue
             reply = _asking.ask(
                 config,
-                key=step.key,
-                thread_id=step.thread_id,
-                tool=step.tool,
-                request=step.request,
-                schema=step.schema,
+                **step.question(),
                 record=partial(_record, step, store, config),
                 lookup=lambda q: _drive(lookup_flow(q), store, config),
             )
@@ -499,11 +505,7 @@ async def _adrive(steps: Flow, store: BaseIdempotencyStore, config: RunnableConf
 
             reply = await _asking.aask(
                 config,
-                key=step.key,
-                thread_id=step.thread_id,
-                tool=step.tool,
-                request=step.request,
-                schema=step.schema,
+                **step.question(),
                 record=record,
                 lookup=lookup,
             )

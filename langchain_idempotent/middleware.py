@@ -56,8 +56,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     environment here.
 
     ``approval=True`` (or a predicate of the call, or a dict of tool names to those) asks
-    a human before each new effect of the named tools, once per key, with LangChain's HITL
-    request format (see :mod:`langchain_idempotent.approval`). Use it instead of
+    a human before each new effect of the named tools, once per key, in the format
+    ``interrupt_mode`` names as ``HumanInTheLoopMiddleware`` does: ``"batched"`` (a
+    ``HITLRequest``) or ``"per_call"`` (a ``ToolApprovalRequest`` with a
+    ``response_schema``); see :mod:`langchain_idempotent.approval`. Use it instead of
     ``HumanInTheLoopMiddleware`` for effectful tools; that one stays fine for the others.
     """
 

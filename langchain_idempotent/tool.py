@@ -325,7 +325,8 @@ def idempotent(
 
     ``approval=True`` (or a predicate of the call, e.g. ``lambda call:
     call.args["amount"] > 500``) asks a human through LangGraph's ``interrupt()`` before
-    each new effect, once per key (see :mod:`langchain_idempotent.approval`).
+    each new effect, once per key, in the format ``interrupt_mode`` names (``"batched"``
+    or ``"per_call"``; see :mod:`langchain_idempotent.approval`).
     ``reconcile=fn`` is asked on every takeover of a call whose outcome is unknown (see
     :mod:`langchain_idempotent.reconcile`).
     """
