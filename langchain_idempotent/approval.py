@@ -334,14 +334,17 @@ def flow(pending: PendingCall, policy: Policy, config: RunnableConfig) -> Flow:
         return Verdict(pending, pending.tool_input)
     decision = _stored((yield _Op("get", decision_key(key))), fingerprint)
     if decision is None:
-        written = {"meta": pending.derived.meta, "ttl_ms": policy.ttl_ms}
         answer = yield _Ask(
             key,
             info.thread_id or "",
             pending.tool,
             approval_request(pending, policy.interrupt_mode),
             response_schema(pending.tool, pending.schema, policy.interrupt_mode),
-            record={**written, "lease_ms": policy.lease_ms},
+            record={
+                "meta": pending.derived.meta,
+                "lease_ms": policy.lease_ms,
+                "ttl_ms": policy.ttl_ms,
+            },
         )
         decision = parse_decision(answer, pending.tool, pending.schema)
         if decision.type != "reject":
