@@ -383,3 +383,53 @@ def test_interrupt_mode_is_checked_and_per_call_needs_a_tool_call_id() -> None:
     graph = builder.compile(checkpointer=InMemorySaver())
     with pytest.raises(ValueError, match=r"without a tool call id.*interrupt_mode='batched'"):
         graph.invoke({"messages": []}, thread("no-id"))
+
+
+class Crash(BaseException):
+    """The process dying between the approval and the tool's effect."""
+
+
+@MODES
+async def test_a_stored_decision_approves_only_the_arguments_it_was_given_for(mode: str) -> None:
+    """A key function gives both calls one key; the reviewer approved INV-1 for 10, then the
+    worker died before the refund. A call under that key for 20 is asked about, not run on
+    the stored approval."""
+    store = InMemoryIdempotencyStore()
+
+    def crashing_refund(effects: Effects) -> BaseTool:
+        def issue_refund(invoice_id: str, amount: float) -> str:
+            raise Crash
+
+        async def aissue_refund(invoice_id: str, amount: float) -> str:
+            raise Crash
+
+        return StructuredTool.from_function(
+            issue_refund, coroutine=aissue_refund, name="issue_refund", description="Refund."
+        )
+
+    def agent_for(tool: BaseTool, args: dict[str, Any]) -> Any:
+        middleware = IdempotencyMiddleware(
+            store,
+            tools=["issue_refund"],
+            approval=True,
+            interrupt_mode="per_call",
+            scope=lambda call: f"refund:{call.args['invoice_id']}",
+        )
+        model = ScriptedChatModel(then=on_each_turn(("issue_refund", args)))
+        return create_agent(
+            model, tools=[tool], middleware=[middleware], checkpointer=InMemorySaver()
+        )
+
+    first = Thread(agent_for(crashing_refund(Effects()), ONE), Effects(), store, "first", mode)
+    [question] = await first({"messages": [HumanMessage("refund INV-1")]})
+    with pytest.raises(Crash):
+        await first(Command(resume={question.id: APPROVE}))
+    assert store.get(decision_key(question.value["idempotency_key"])) is not None
+
+    effects = Effects()
+    other = {"invoice_id": "INV-1", "amount": 20}
+    second = Thread(agent_for(refund_tool(effects), other), effects, store, "second", mode)
+    [asked] = await second({"messages": [HumanMessage("refund INV-1, 20")]})
+    assert asked.value["idempotency_key"] == question.value["idempotency_key"]
+    assert asked.value["args"] == other and asked.value["args_hash"] != question.value["args_hash"]
+    assert effects.count() == 0  # not run on the approval given for 10
