@@ -15,6 +15,7 @@ from .._lazy import load
 #: Public name -> the module of this package that defines it; ``__all__`` is its keys.
 _STORES: dict[str, str] = {
     "BaseIdempotencyStore": "base",
+    "ClaimRequest": "base",
     "InMemoryIdempotencyStore": "memory",
     "SqliteIdempotencyStore": "sqlite",
     "RedisIdempotencyStore": "redis",
@@ -41,6 +42,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from ._url import parse_store_url as parse_store_url
     from .base import BaseIdempotencyStore as BaseIdempotencyStore
+    from .base import ClaimRequest as ClaimRequest
     from .memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,

@@ -1,5 +1,5 @@
-"""The store protocol: six record operations, a watch, the store's clock, and operator
-helpers.
+"""The store protocol: six record operations, a batched claim, a watch, the store's clock,
+and operator helpers.
 
 Every operation has an ``a``-prefixed async twin. The default async twins run the sync
 operation in a worker thread; stores with a native async client override them.
@@ -18,12 +18,33 @@ import asyncio
 import builtins
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 
-__all__ = ["BaseIdempotencyStore"]
+__all__ = ["BaseIdempotencyStore", "ClaimRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One claim of a batch (:meth:`BaseIdempotencyStore.claim_many`): the arguments
+    :meth:`BaseIdempotencyStore.claim` takes, as a value."""
+
+    key: str
+    owner: str
+    fingerprint: str
+    lease_ms: int
+    ttl_ms: int
+    on_expired: ExpiredPolicy = "takeover"
+    meta: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError("a ClaimRequest needs a non-empty string key")
+        if not isinstance(self.owner, str) or not self.owner:
+            raise ValueError(f"ClaimRequest for {self.key!r} needs a non-empty owner token")
 
 
 class BaseIdempotencyStore(ABC):
@@ -44,6 +65,14 @@ class BaseIdempotencyStore(ABC):
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
         """Replay, acquire, take over, or report busy / mismatch / expired — atomically."""
+
+    def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        """Every request's :meth:`claim`, in order, answered as sequential claims would be
+        (the same key twice: the second sees the first's record). This default claims one
+        by one; stores that can override it with one round trip (one lock hold, one
+        transaction, one pipeline, one statement). A store error raises for the whole
+        batch; the claims made before it stand (their leases expire or are released)."""
+        return [self.claim(**_claim_kwargs(r)) for r in requests]
 
     @abstractmethod
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
@@ -165,6 +194,10 @@ class BaseIdempotencyStore(ABC):
             meta=meta,
         )
 
+    async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        """:meth:`claim_many` for async callers; this default awaits :meth:`aclaim` in order."""
+        return [await self.aclaim(**_claim_kwargs(r)) for r in requests]
+
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return await asyncio.to_thread(self.renew, key, owner=owner, fence=fence, lease_ms=lease_ms)
 
@@ -239,3 +272,15 @@ class BaseIdempotencyStore(ABC):
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def _claim_kwargs(request: ClaimRequest) -> dict[str, Any]:
+    return {
+        "key": request.key,
+        "owner": request.owner,
+        "fingerprint": request.fingerprint,
+        "lease_ms": request.lease_ms,
+        "ttl_ms": request.ttl_ms,
+        "on_expired": request.on_expired,
+        "meta": request.meta,
+    }

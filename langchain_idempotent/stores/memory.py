@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..protocol import (
@@ -23,7 +23,7 @@ from ..protocol import (
 )
 from ..record import Claim, Completion, ExpiredPolicy, Record, State, UncertainReason
 from ._wakeup import Wakeup
-from .base import BaseIdempotencyStore
+from .base import BaseIdempotencyStore, ClaimRequest
 
 __all__ = ["InMemoryIdempotencyStore"]
 
@@ -73,20 +73,46 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
     ) -> Claim:
         with self._lock:
-            now = self.now_ms()
-            answer, new = decide_claim(
-                self._read(key, now),
-                key=key,
-                owner=owner,
-                fingerprint=fingerprint,
-                now=now,
-                lease_ms=lease_ms,
-                on_expired=on_expired,
-                meta=meta,
+            return self._claim(
+                key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, self.now_ms()
             )
-            if new is not None:
-                self._records[key] = (new, now + max(ttl_ms, lease_ms))
-            return answer
+
+    def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        """Every claim under one hold of the lock, in order, at one clock reading."""
+        with self._lock:
+            now = self.now_ms()
+            return [
+                self._claim(
+                    r.key, r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, r.meta, now
+                )
+                for r in requests
+            ]
+
+    def _claim(
+        self,
+        key: str,
+        owner: str,
+        fingerprint: str,
+        lease_ms: int,
+        ttl_ms: int,
+        on_expired: ExpiredPolicy,
+        meta: Mapping[str, str] | None,
+        now: int,
+    ) -> Claim:
+        """One claim, the lock held."""
+        answer, new = decide_claim(
+            self._read(key, now),
+            key=key,
+            owner=owner,
+            fingerprint=fingerprint,
+            now=now,
+            lease_ms=lease_ms,
+            on_expired=on_expired,
+            meta=meta,
+        )
+        if new is not None:
+            self._records[key] = (new, now + max(ttl_ms, lease_ms))
+        return answer
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         with self._lock:
@@ -232,6 +258,9 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             on_expired=on_expired,
             meta=meta,
         )
+
+    async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        return self.claim_many(requests)
 
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return self.renew(key, owner=owner, fence=fence, lease_ms=lease_ms)

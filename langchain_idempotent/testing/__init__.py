@@ -7,6 +7,8 @@ twice, through the ``face`` fixture: once against the store's sync operations (c
 inline, as sync code) and once against their async twins. The guarantees, by module:
 
 - ``_claim``: acquire, replay, mismatch, busy, owned, takeover, expired;
+- ``_batch``: ``claim_many`` answers (and writes) exactly what the same claims made one by
+  one would, in order (a property test over random batches included);
 - ``_lease``: release and renew only for the owner at its fence, fences only grow, a stale
   owner cannot renew or release;
 - ``_abandon``: a cancelled owner's abandon leaves the key for an immediate takeover told
@@ -57,6 +59,7 @@ Timing tests use short leases and the store's own clock; tune ``short_lease_ms``
 from __future__ import annotations
 
 from ._abandon import AbandonContract
+from ._batch import BatchClaimContract
 from ._claim import ClaimContract
 from ._clock import FakeClock
 from ._complete import CompleteContract
@@ -71,6 +74,7 @@ __all__ = ["FakeClock", "StoreContractTests"]
 
 class StoreContractTests(
     ClaimContract,
+    BatchClaimContract,
     AbandonContract,
     LeaseContract,
     CompleteContract,

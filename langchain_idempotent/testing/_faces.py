@@ -15,13 +15,13 @@ import asyncio
 import builtins
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
 
 import pytest
 
 from ..record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
-from ..stores.base import BaseIdempotencyStore
+from ..stores.base import BaseIdempotencyStore, ClaimRequest
 
 #: A lease that never expires during a test.
 LONG_MS = 60_000
@@ -117,6 +117,10 @@ class Face:
             on_expired=on_expired,
             meta=meta,
         )
+
+    async def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        s = self.store
+        return await self._call(s.claim_many, s.aclaim_many, requests)
 
     async def renew(self, key: str, *, owner: str, fence: int, lease_ms: int = LONG_MS) -> bool:
         s = self.store

@@ -337,6 +337,75 @@ async def _aexecute(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _execute_many(
+    client: Any, script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
+) -> tuple[list[Any], int | None]:
+    """One attempt of a batch: ``script`` once per ``(rkey, args)`` in one pipeline without
+    MULTI (a Cluster client's pipeline sends one per node, each script on its key's node),
+    with ``wait`` behind them on the same connection. Replies come back in order; calls
+    answered ``NOSCRIPT`` are sent again with ``EVAL`` (which caches the script) in a second
+    pipeline. The first other error reply is raised, as one call would raise it."""
+    replies: list[Any] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    acks: int | None = None
+    for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+        pipe = client.pipeline(transaction=False)
+        for i in todo:
+            rkey, args = calls[i]
+            pipe.execute_command(command, body, 1, rkey, *args, **_RAW)
+        if wait is not None:
+            pipe.execute_command(*wait)
+        answers = pipe.execute(raise_on_error=False)
+        acks = _settle(replies, todo, answers, wait, command == "EVALSHA")
+        if not todo:
+            return replies, acks
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _aexecute_many(
+    client: Any, script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
+) -> tuple[list[Any], int | None]:
+    """:func:`_execute_many` on an async client."""
+    replies: list[Any] = [None] * len(calls)
+    todo = list(range(len(calls)))
+    acks: int | None = None
+    for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+        pipe = client.pipeline(transaction=False)
+        for i in todo:
+            rkey, args = calls[i]
+            pipe.execute_command(command, body, 1, rkey, *args, **_RAW)
+        if wait is not None:
+            pipe.execute_command(*wait)
+        answers = await pipe.execute(raise_on_error=False)
+        acks = _settle(replies, todo, answers, wait, command == "EVALSHA")
+        if not todo:
+            return replies, acks
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _settle(
+    replies: list[Any], todo: list[int], answers: Sequence[Any], wait: Any, first: bool
+) -> int | None:
+    """File one pipeline's ``answers`` into ``replies``; leave in ``todo`` the calls to send
+    again with ``EVAL`` (``NOSCRIPT`` on the first pass); the ``WAIT`` count, if sent."""
+    acks: int | None = None
+    if wait is not None:
+        *answers, last = answers
+        if isinstance(last, Exception):
+            raise last
+        acks = int(last)
+    again = []
+    for i, answer in zip(todo, answers, strict=True):
+        if first and isinstance(answer, NoScriptError):
+            again.append(i)
+        elif isinstance(answer, Exception):
+            raise answer
+        else:
+            replies[i] = answer
+    todo[:] = again
+    return acks
+
+
 # -- arguments and replies ---------------------------------------------------------------
 
 
