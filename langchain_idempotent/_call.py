@@ -24,6 +24,8 @@ from langchain_core.messages import ToolMessage
 from langchain_core.messages.tool import ToolOutputMixin
 from pydantic import ValidationError
 
+from . import _batch
+from ._batch import StepCalls
 from ._compat import NEVER_TERMINAL, loud
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
@@ -143,9 +145,17 @@ class PendingCall:
         if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
-    def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
-        """Run ``action`` once for this call's key; dispatch events against ``config``."""
+    def run(
+        self,
+        engine: Engine,
+        action: Callable[[], Any],
+        config: RunnableConfig,
+        step: StepCalls | None = None,
+    ) -> Any:
+        """Run ``action`` once for this call's key; dispatch events against ``config``.
+        ``step``: the other calls of its model message, claimed with it (:mod:`._batch`)."""
         try:
+            claimed = _batch.take(_batch.Sibling(engine, self), step) if step else None
             result = engine.run(
                 self.derived.key,
                 fingerprint=self.derived.fingerprint,
@@ -155,6 +165,7 @@ class PendingCall:
                 observer=self.observe,
                 args=self.args,
                 thread_id=self.thread_id,
+                claimed=claimed,
             )
         finally:
             for event in self.events:
@@ -164,10 +175,15 @@ class PendingCall:
         return restamp(result, self.tool_call_id) if self.replayed else result
 
     async def arun(
-        self, engine: Engine, action: Callable[[], Awaitable[Any]], config: RunnableConfig
+        self,
+        engine: Engine,
+        action: Callable[[], Awaitable[Any]],
+        config: RunnableConfig,
+        step: StepCalls | None = None,
     ) -> Any:
         """The async twin of :meth:`run`."""
         try:
+            claimed = await _batch.atake(_batch.Sibling(engine, self), step) if step else None
             result = await engine.arun(
                 self.derived.key,
                 fingerprint=self.derived.fingerprint,
@@ -177,6 +193,7 @@ class PendingCall:
                 observer=self.observe,
                 args=self.args,
                 thread_id=self.thread_id,
+                claimed=claimed,
             )
         finally:
             for event in self.events:

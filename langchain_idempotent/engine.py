@@ -68,7 +68,7 @@ from .record import Claim, ClaimOutcome, Completion, UncertainReason
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
 
-__all__ = ["Engine", "Unmemoized"]
+__all__ = ["Claimed", "Engine", "Unmemoized", "new_owner"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -129,6 +129,22 @@ _Step = (
     _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
 ) | _ReconcileStep
 _CLAIM = _ClaimStep()
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A claim already made for a call (a batch of sibling calls, :mod:`._batch`): the
+    owner token it was made with and the store's answer. The engine takes it as the
+    answer to its first claim, so the call claims no second time."""
+
+    owner: str
+    claim: Claim
+
+
+def new_owner() -> str:
+    """A fresh owner token. Owner tokens need uniqueness, not secrecy; ``random`` reseeds
+    itself after ``fork()``."""
+    return f"{random.getrandbits(96):024x}"
 
 
 @dataclass(slots=True)
@@ -479,14 +495,14 @@ class Engine:
         observer: EventHook | None,
         args: Mapping[str, Any] | None,
         thread_id: str | None,
+        owner: str | None = None,
     ) -> _Call:
         if not isinstance(key, str) or not key:
             raise ValueError("the idempotency key must be a non-empty string")
-        # Owner tokens need uniqueness, not secrecy; random reseeds itself after fork().
         return _Call(
             key,
             fingerprint,
-            f"{random.getrandbits(96):024x}",
+            owner or new_owner(),
             tool,
             meta,
             observer,
@@ -508,12 +524,15 @@ class Engine:
         observer: EventHook | None = None,
         args: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
+        claimed: Claimed | None = None,
     ) -> T:
         """Run ``action`` once for ``key`` and return its result, or replay the stored one.
 
         ``args`` and ``thread_id`` are what a reconcile hook is told about the call; the
-        hook is ``policy.reconcile`` (its entry for ``tool`` when it is a mapping)."""
-        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id)
+        hook is ``policy.reconcile`` (its entry for ``tool`` when it is a mapping).
+        ``claimed``: the claim a batch already made for this call (its first claim)."""
+        owner = None if claimed is None else claimed.owner
+        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, owner)
         steps = self._flow(call)
         reply: Any = None
         error: BaseException | None = None
@@ -523,6 +542,9 @@ class Engine:
             except StopIteration as finished:
                 return finished.value  # type: ignore[no-any-return]
             reply, error = None, None
+            if step is _CLAIM and claimed is not None:
+                reply, claimed = claimed.claim, None
+                continue
             try:
                 reply = self._do(step, call, action)
             except IdempotencyError as exc:
@@ -626,9 +648,11 @@ class Engine:
         observer: EventHook | None = None,
         args: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
+        claimed: Claimed | None = None,
     ) -> T:
         """The async twin of :meth:`run`; ``action`` returns an awaitable."""
-        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id)
+        owner = None if claimed is None else claimed.owner
+        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, owner)
         steps = self._flow(call)
         reply: Any = None
         error: BaseException | None = None
@@ -638,6 +662,9 @@ class Engine:
             except StopIteration as finished:
                 return finished.value  # type: ignore[no-any-return]
             reply, error = None, None
+            if step is _CLAIM and claimed is not None:
+                reply, claimed = claimed.claim, None
+                continue
             try:
                 reply = await self._ado(step, call, action)
             except IdempotencyError as exc:

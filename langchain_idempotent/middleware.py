@@ -32,6 +32,7 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from ._batch import Sibling, StepCalls, step_calls
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import format_tool_output
 from .approval import Verdict, adecide, decide
@@ -102,7 +103,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if verdict.rejection is not None:
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
-        result = pending.run(self.engine, lambda: unmemoized_if_error(handler(request)), config)
+        step = self._step(request, config, pending)
+        result = pending.run(
+            self.engine, lambda: unmemoized_if_error(handler(request)), config, step
+        )
         return _as_message(result, request, pending) if pending.replayed else result
 
     async def awrap_tool_call(
@@ -122,8 +126,35 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         async def action() -> Any:
             return unmemoized_if_error(await handler(request))
 
-        result = await pending.arun(self.engine, action, config)
+        step = self._step(request, config, pending)
+        result = await pending.arun(self.engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
+
+    def _step(
+        self, request: ToolCallRequest, config: RunnableConfig, pending: PendingCall
+    ) -> StepCalls | None:
+        """The other calls of this call's model message (the state every call of the step
+        is given), to claim with it in one round trip; the tools from the call's runtime."""
+        if self.engine.policy.approval:
+            return None
+
+        def siblings(calls: list[dict[str, Any]]) -> list[Sibling]:
+            tools = {t.name: t for t in getattr(request.runtime, "tools", None) or ()}
+            out = []
+            for call in calls:
+                if call.get("id") == pending.tool_call_id:
+                    out.append(Sibling(self.engine, pending))
+                    continue
+                tool = tools.get(call.get("name"))
+                if tool is None:
+                    continue
+                other = request.override(tool_call=cast(Any, call), tool=tool)
+                derived = self._pending(other, config)
+                if derived is not None:
+                    out.append(Sibling(self.engine, derived))
+            return out
+
+        return step_calls(_messages(request.state), pending.tool_call_id, siblings)
 
     def _pending(self, request: ToolCallRequest, config: RunnableConfig) -> PendingCall | None:
         call = request.tool_call
@@ -176,8 +207,9 @@ def _as_message(result: Any, request: ToolCallRequest, pending: PendingCall) -> 
     return cast(_Result, result)
 
 
+def _messages(state: Any) -> Any:
+    return state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+
+
 def _turn_from_state(state: Any) -> str | None:
-    messages = (
-        state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
-    )
-    return turn_from_messages(messages)
+    return turn_from_messages(_messages(state))

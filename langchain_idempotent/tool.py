@@ -33,8 +33,10 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from . import _batch
+from ._batch import Sibling, StepCalls, step_calls
 from ._call import PendingCall, build_engine, unmemoized_if_error
-from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
+from ._compat import DirectCall, graph_state_messages, injected_args_keys, to_args_and_kwargs
 from .approval import Verdict, adecide, decide
 from .engine import Engine
 from .events import EventHook
@@ -97,6 +99,7 @@ class IdempotentTool(BaseTool):
             if inner.handle_tool_error and direct is None
             else inner
         )
+        _batch.register(engine.store, self)  # findable by the leader of a step's batch
 
     # -- what the model and ToolNode see: exactly the inner tool ------------------------
 
@@ -220,7 +223,7 @@ class IdempotentTool(BaseTool):
                 return unmemoized_if_error(result)
             return self._shape(self._runner.invoke(self._envelope(pending), child))
 
-        return pending.run(self.engine, action, child)
+        return pending.run(self.engine, action, child, self._step(pending, config))
 
     async def _arun(
         self,
@@ -243,7 +246,29 @@ class IdempotentTool(BaseTool):
                 return unmemoized_if_error(result)
             return self._shape(await self._runner.ainvoke(self._envelope(pending), child))
 
-        return await pending.arun(self.engine, action, child)
+        return await pending.arun(self.engine, action, child, self._step(pending, config))
+
+    def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
+        """The other calls of this call's model message in the graph state, to claim with
+        it in one round trip: those of tools wrapped on the same store (:mod:`._batch`)."""
+        if pending.tool_call_id is None or self.policy.approval:
+            return None
+        store = self.engine.store
+
+        def siblings(calls: list[dict[str, Any]]) -> list[Sibling]:
+            out = []
+            for call in calls:
+                if call.get("id") == pending.tool_call_id:
+                    out.append(Sibling(self.engine, pending))
+                    continue
+                tool = _batch.registered(store, call.get("name", ""))
+                if isinstance(tool, IdempotentTool):
+                    derived = tool._derive({**call, "type": "tool_call"}, config)
+                    if derived is not None:
+                        out.append(Sibling(tool.engine, derived))
+            return out
+
+        return step_calls(graph_state_messages(config), pending.tool_call_id, siblings)
 
     def _envelope(self, pending: PendingCall) -> Any:
         """What the inner tool is invoked with: the caller's input, or for an artifact tool
