@@ -63,6 +63,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="also the PostgreSQL rows of benchmarks.postgres (ours vs SELECT 1, DBOS, LangGraph)",
     )
     p.add_argument("--pg-url", help="PostgreSQL server for --postgres (default: a throwaway one)")
+    p.add_argument(
+        "--claim-batches",
+        action="store_true",
+        help="also benchmarks.batch: claim_many of N vs N claims on every store (own report)",
+    )
     p.add_argument("--out", default=RESULTS_DIR, help="directory for the results")
     p.add_argument("--name", help="file stem of the results (default latest; quick: quick)")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
@@ -140,6 +145,15 @@ def _run_postgres(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         with open(os.path.join(out, "postgres.json")) as f:
             pg = json.load(f)
     return {"status": "ok", "report": pg, "markdown": markdown(pg)}
+
+
+def _run_claim_batches(args: argparse.Namespace, seed: int) -> None:
+    """``python -m benchmarks.batch`` in a subprocess; it writes its own results/batch.md."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "benchmarks.batch", "--seed", str(seed), "--out", args.out]
+    cmd += ["--quick"] if args.quick else []
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    subprocess.run(cmd, cwd=root, check=False, env={**os.environ, "PYTHONPATH": path})
 
 
 def _postgres_goals(postgres: dict[str, Any]) -> list[dict[str, Any]]:
@@ -233,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             profile_text = profile_ours(server.url, workdir)
 
     progress("servers and workers stopped")
+    if args.claim_batches:
+        progress("batched claims (benchmarks.batch, in a subprocess)")
+        _run_claim_batches(args, seed)
     postgres = None
     if args.postgres:
         progress("postgres rows (benchmarks.postgres, in a subprocess)")

@@ -22,8 +22,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
-from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
-from langchain_idempotent import _batch
+from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, _batch, idempotent
 from langchain_idempotent._call import PendingCall
 from langchain_idempotent.engine import Engine
 from langchain_idempotent.policy import Policy
@@ -90,11 +89,6 @@ def four_calls(tag: str) -> AIMessage:
     )
 
 
-EXPECTED = {
-    "charge": {"A": "100", "B": "200", "C": "300"},
-}
-
-
 def answers(messages: list[Any]) -> dict[str, str]:
     return {m.tool_call_id: str(m.content) for m in messages if isinstance(m, ToolMessage)}
 
@@ -108,7 +102,9 @@ def assert_answers(messages: list[Any], tag: str) -> None:
     assert got[f"{tag}-4"].startswith("charged 300 on C")
 
 
-def graph(store: BaseIdempotencyStore, effects: Effects, script: list[Any], pause: float = 0.0) -> Any:
+def graph(
+    store: BaseIdempotencyStore, effects: Effects, script: list[Any], pause: float = 0.0
+) -> Any:
     wrapped = idempotent(tools(effects, pause), store=store)
     return tool_graph(ScriptedChatModel(script=script), wrapped)
 
