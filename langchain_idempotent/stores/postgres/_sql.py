@@ -315,6 +315,8 @@ _SCHEMA_TABLE_DDL = (
 )
 # setup() and describe(): %s table name. Returns (version), or no row for a new table.
 _READ_VERSION = "SELECT version FROM {schema} WHERE table_name = %s"
+# describe: no parameters. Returns (table_name) for every table setup() made here.
+_KNOWN_TABLES = "SELECT table_name FROM {schema} ORDER BY table_name"
 # setup(), after each migration: %s table name, version. Returns nothing.
 _WRITE_VERSION = (
     "INSERT INTO {schema} (table_name, version) VALUES (%s, %s) "
@@ -438,6 +440,7 @@ class _Queries:
 
         self.lock, self.schema_table = f(_LOCK), f(_SCHEMA_TABLE_DDL)
         self.read_version, self.write_version = f(_READ_VERSION), f(_WRITE_VERSION)
+        self.known_tables = f(_KNOWN_TABLES)
         self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
         self.claim, self.replay_or_claim = f(_CLAIM), f(_REPLAY_OR_CLAIM)
         self.complete, self.renew = f(_COMPLETE), f(_RENEW)
