@@ -28,6 +28,11 @@ LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
                                                 (:class:`GraphMissingScopeError`)
+psycopg_pool's ``AsyncConnectionPool._pool``    the Postgres store closes an ending loop's
+(its deque of idle connections)                 idle connections itself, since ``close()``
+                                                cancelled with the loop stops before it
+                                                does (:func:`idle_connections`; imported
+                                                late, only then)
 ==============================================  ==============================================
 
 Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
@@ -62,6 +67,7 @@ __all__ = [
     "GraphMissingScopeError",
     "format_tool_output",
     "graph_state_messages",
+    "idle_connections",
     "injected_args_keys",
     "loud",
     "to_args_and_kwargs",
@@ -216,3 +222,11 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+# -- psycopg_pool -------------------------------------------------------------------------
+
+
+def idle_connections(pool: Any) -> list[Any]:
+    """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
+    return list(getattr(pool, "_pool", ()))

@@ -178,3 +178,18 @@ def test_compat_lists_its_supported_ranges() -> None:
     doc = inspect.getdoc(_compat) or ""
     for package in ("langchain-core", "langgraph", "langchain"):
         assert f"``{package}``" in doc
+
+
+def test_psycopg_pool_keeps_its_idle_connections_where_the_postgres_store_reads_them() -> None:
+    pytest.importorskip("psycopg_pool")
+    from collections import deque
+
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool("postgresql://127.0.0.1:1/none", open=False)
+    idle = getattr(pool, "_pool", None)
+    assert isinstance(idle, deque), moved("psycopg_pool.AsyncConnectionPool._pool (idle deque)")
+    marker = object()
+    idle.append(marker)
+    assert _compat.idle_connections(pool) == [marker]
+    assert _compat.idle_connections(object()) == []  # moved: the store closes none itself

@@ -218,9 +218,11 @@ class _Pools:
                 del self._own_async[loop]
             # The workers cancelled along with this task make close() raise
             # CancelledError from its wait for them, before it closes the idle
-            # connections: those are taken first (psycopg_pool's idle deque) and closed
+            # connections: those are taken first (psycopg_pool's idle deque, via _compat) and closed
             # here, else each ended loop would leave one open on the server.
-            idle = list(getattr(own.pool, "_pool", ()))
+            from ..._compat import idle_connections  # late: it imports LangChain
+
+            idle = idle_connections(own.pool)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await own.pool.close()
             for conn in idle:
