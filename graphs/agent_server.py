@@ -61,8 +61,8 @@ from langchain_idempotent import (
     ReconcileCall,
     get_idempotency_context,
     idempotent,
-    store_from_url,
 )
+from langchain_idempotent.settings import store_from_url
 
 __all__ = ["plain", "protected", "refund_status"]
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from langchain_idempotent import Engine, Policy
+from langchain_idempotent import Policy
 from langchain_idempotent.cli import main
+from langchain_idempotent.engine import Engine
+from langchain_idempotent.settings import store_from_url
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
@@ -153,8 +155,6 @@ def test_show_takes_a_unique_key_prefix_and_refuses_an_ambiguous_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'idem.db'}"
-    from langchain_idempotent import store_from_url
-
     store = store_from_url(url)
     completed(store, "abc123", "first")
     completed(store, "abd456", "second")
