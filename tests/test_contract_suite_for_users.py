@@ -13,6 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: The whole in-memory contract again, in a subprocess: left out of the default run.
+pytestmark = pytest.mark.slow
+
 USERS_TEST_MODULE = '''
 from collections.abc import Iterator
 
