@@ -1,4 +1,5 @@
-"""The README's Agent Server walkthrough, run as printed, with only the ``[server]`` extra.
+"""The Agent Server walkthrough (``docs/agent-server.md``), run as printed, with only the
+``[server]`` extra.
 
 Its commands start the payment provider (``python -m graphs.provider``) and a real
 ``langgraph dev`` on the repository's ``langgraph.json``, in a Python where what only the
@@ -40,8 +41,8 @@ sys.meta_path.insert(0, _DemoOnly())
 
 
 def walkthrough() -> tuple[list[str], str]:
-    section = (REPO / "README.md").read_text().split("## On the LangGraph Agent Server")[1]
-    section = section.split("\n## ")[0]
+    page = (REPO / "docs" / "agent-server.md").read_text()
+    section = page.split("* **Which store.**")[0]
     bash = re.search(r"```bash\n(.*?)```", section, re.S)
     script = re.search(r"```python\n(.*?)```", section, re.S)
     assert bash and script, "the walkthrough has a bash block and a python block"
