@@ -29,7 +29,6 @@ from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.redis_servers import RedisServer, redis_server_available
 
-
 #: Directories under ``tests/`` that only their own command runs.
 LONG_DIRS = ("faults", "peer", "torture")
 #: Markers of the tests that only their own command runs: a real ``langgraph dev``
