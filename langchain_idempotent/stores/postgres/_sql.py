@@ -456,7 +456,8 @@ class _Queries:
         if stored > SCHEMA_VERSION:
             raise StoreUnavailableError(
                 f"the table {self.table!r} was written by a newer langchain-idempotent "
-                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade"
+                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade (a "
+                "table set up by a pre-release build at version 2 or 3: drop() it)"
             )
         out: list[tuple[str, tuple[Any, ...] | None]] = []
         for version in range(stored + 1, SCHEMA_VERSION + 1):
