@@ -35,18 +35,16 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import RetryPolicy
 from langgraph_supervisor import create_supervisor
 
-from langchain_idempotent import BaseIdempotencyStore, idempotent
+from langchain_idempotent import BaseIdempotencyStore
 
 from .fake_model import UpstreamGatewayError
 from .pipeline_models import AGENTS, TOOL_OF, ScriptedSpecialist, ScriptedSupervisor
-from .refund_agent import sqlite_checkpointer
-from .tools import DEFAULT_TIMEOUT, ProviderError, make_tools
+from .refund_agent import agent_loop, refund_tools, sqlite_checkpointer
 
 __all__ = ["NODE_RETRY", "PipelineAgent", "build_pipeline_agent"]
 
@@ -61,20 +59,14 @@ NODE_RETRY = RetryPolicy(
 def _specialist(
     name: str, model: BaseChatModel, tools: list[BaseTool]
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """A specialist agent: a planner and a ToolNode; provider errors go back to the
-    planner as error tool messages (it calls again), anything else propagates."""
+    """A specialist agent: a planner and a ToolNode (:func:`~graphs.refund_agent.agent_loop`);
+    provider errors go back to the planner (it calls again), anything else propagates."""
     bound = model.bind_tools(tools)
 
     def planner(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [bound.invoke(state["messages"])]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("planner", planner)
-    graph.add_node("tools", ToolNode(tools, handle_tool_errors=(ProviderError,)))
-    graph.add_edge(START, "planner")
-    graph.add_conditional_edges("planner", tools_condition)
-    graph.add_edge("tools", "planner")
-    return graph.compile(name=name)
+    return agent_loop(planner, tools).compile(name=name)
 
 
 def build_pipeline_agent(
@@ -106,19 +98,18 @@ def build_pipeline_agent(
         raise ValueError(
             f"fail_after_tool: unknown agent(s) {sorted(unknown)}; choose from {AGENTS}"
         )
-    if http is None:
-        if provider_url is None:
-            raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
-        http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
-    lookup_invoice, issue_refund, notify_customer = make_tools(
-        http, after_refund_committed=after_refund_committed, on_refund_resent=on_refund_resent
-    )
-    effectful: list[BaseTool] = [issue_refund, notify_customer]
-    if store is not None:
-        effectful = list(idempotent(effectful, store=store, **dict(idempotency or {})))
-    elif protect is not None:
-        effectful = list(protect(effectful))
-    tools = {t.name: t for t in [lookup_invoice, *effectful]}
+    tools = {
+        t.name: t
+        for t in refund_tools(
+            store,
+            provider_url=provider_url,
+            http=http,
+            idempotency=idempotency,
+            protect=protect,
+            after_refund_committed=after_refund_committed,
+            on_refund_resent=on_refund_resent,
+        )
+    }
 
     def model(cls: type[ScriptedSupervisor | ScriptedSpecialist], role: str) -> BaseChatModel:
         return cls(

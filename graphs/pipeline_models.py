@@ -13,35 +13,29 @@ what the tool returned, so the next specialist can read it:
 - ``notifications``: ``notify_customer(customer_id, ticket_id, message)`` naming the
   refund id from the billing agent's answer.
 
-Faults are those of :class:`~graphs.fake_model.ScriptedRefundModel`, seeded the same way
-(seed, ticket, role, position in the conversation, how many times that position was
-asked): ``error_rate`` raises :class:`~graphs.fake_model.UpstreamGatewayError` (an LLM
-gateway 502), ``drift_rate`` changes the form of ``issue_refund``'s arguments (``140`` ↔
-``140.0``, key order). ``on_call`` runs on every call (the demo counts LLM calls);
-``fail_once_after_tool`` makes a specialist fail once per ticket right after its tool
-succeeded (its node's ``RetryPolicy`` then runs it again from the start).
+Both are :class:`~graphs.fake_model.ScriptedRefundModel` s with another script; their
+faults are seeded the same way, on the role too (seed, ticket, role, position in the
+conversation, how many times that position was asked): ``error_rate`` raises
+:class:`~graphs.fake_model.UpstreamGatewayError` (an LLM gateway 502), ``drift_rate``
+changes the form of ``issue_refund``'s arguments (``140`` ↔ ``140.0``, key order).
+``on_call`` runs on every call (the demo counts LLM calls); ``fail_once_after_tool``
+makes a specialist fail once per ticket right after its tool succeeded (its node's
+``RetryPolicy`` then runs it again from the start).
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, PrivateAttr
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatResult
+from pydantic import PrivateAttr
 
-from .fake_model import UpstreamGatewayError, parse_ticket
-from .faults import chance
+from .fake_model import ScriptedRefundModel, UpstreamGatewayError
 
 __all__ = ["AGENTS", "ScriptedSpecialist", "ScriptedSupervisor"]
 
@@ -60,45 +54,25 @@ def _number(written: str) -> int | float:
     return int(written) if "." not in written else float(written)
 
 
-class _Scripted(BaseChatModel):
-    """What both scripted roles share: tools binding, seeded faults, call counting."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+class _Scripted(ScriptedRefundModel):
+    """What both scripted roles share with :class:`~graphs.fake_model.ScriptedRefundModel`
+    (tool binding, the seeded faults, here also seeded on the role), plus call counting."""
 
     role: str
-    seed: int = 0
-    error_rate: float = 0.0
-    drift_rate: float = 0.0
-    max_tool_retries: int = 3
-    #: Called with ``"llm_502"`` or ``"arg_drift"`` each time a fault fires.
-    on_fault: Callable[[str], None] | None = None
     #: Called on every call (before a fault can fire).
     on_call: Callable[[], None] | None = None
     #: Fail (an LLM 502) once per ticket right after the tool succeeded, before answering:
     #: the specialist's node is retried after its effect (the notebook and tests use it).
     fail_once_after_tool: bool = False
 
-    _calls: Counter[tuple[str, int]] = PrivateAttr(default_factory=Counter)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _failed_after_tool: set[str] = PrivateAttr(default_factory=set)
 
     @property
     def _llm_type(self) -> str:
         return f"scripted-pipeline-{self.role}"
 
-    def bind_tools(
-        self,
-        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
-        *,
-        tool_choice: str | None = None,
-        parallel_tool_calls: bool | None = None,
-        **kwargs: Any,
-    ) -> Runnable[LanguageModelInput, AIMessage]:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
-
-    def _fault(self, kind: str) -> None:
-        if self.on_fault is not None:
-            self.on_fault(kind)
+    def _where(self, ticket_id: str, position: int, nth: int) -> tuple[object, ...]:
+        return (ticket_id, self.role, position, nth)
 
     def _generate(
         self,
@@ -109,28 +83,7 @@ class _Scripted(BaseChatModel):
     ) -> ChatResult:
         if self.on_call is not None:
             self.on_call()
-        human = next((m for m in messages if isinstance(m, HumanMessage)), None)
-        if human is None:
-            raise ValueError("no ticket: the conversation has no human message")
-        ticket = parse_ticket(str(human.content))
-        position = sum(1 for m in messages if m.type != "system")
-        with self._lock:
-            self._calls[(ticket["ticket_id"], position)] += 1
-            nth = self._calls[(ticket["ticket_id"], position)]
-        where = (ticket["ticket_id"], self.role, position, nth)
-        if chance(self.seed, "llm", *where) < self.error_rate:
-            self._fault("llm_502")
-            raise UpstreamGatewayError("502 Bad Gateway: the LLM gateway reset the connection")
-        drift = chance(self.seed, "drift", *where) < self.drift_rate
-        message = self._next(ticket, messages, drift)
-        offered = {t["function"]["name"] for t in kwargs.get("tools") or []}
-        for call in message.tool_calls:
-            if call["name"] not in offered:
-                raise ValueError(f"planned {call['name']!r}, but only {offered} are bound")
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-    def _next(self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool) -> AIMessage:
-        raise NotImplementedError
+        return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def _call(name: str, args: dict[str, Any]) -> AIMessage:
@@ -154,7 +107,9 @@ class ScriptedSupervisor(_Scripted):
 
     role: str = "supervisor"
 
-    def _next(self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool) -> AIMessage:
+    def _next_step(
+        self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool
+    ) -> AIMessage:
         done = answers(messages)
         for agent in AGENTS:
             if agent not in done:
@@ -171,7 +126,9 @@ class ScriptedSupervisor(_Scripted):
 class ScriptedSpecialist(_Scripted):
     """One specialist (``role`` in :data:`AGENTS`): its one tool, then its answer."""
 
-    def _next(self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool) -> AIMessage:
+    def _next_step(
+        self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool
+    ) -> AIMessage:
         tool = TOOL_OF[self.role]
         failures = 0
         for m in messages:
