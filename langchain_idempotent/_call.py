@@ -30,7 +30,7 @@ from ._replay import mark_answer, restamp
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
-from .keys import CallInfo, DerivedKey, call_info, derive_key, visible_arguments
+from .keys import CallInfo, DerivedKey, call_info, calling, derive_key, visible_arguments
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -90,6 +90,10 @@ class PendingCall:
         return {} if self.info is None else self.info.args
 
     @property
+    def _checkpoint_ns(self) -> str:
+        return "" if self.info is None else self.info.checkpoint_ns
+
+    @property
     def thread_id(self) -> str | None:
         return None if self.info is None else self.info.thread_id
 
@@ -136,12 +140,17 @@ class PendingCall:
     def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
         """Run ``action`` once for this call's key; dispatch events against ``config``. The
         answer is stored marked (see :mod:`._replay`) and returned as the current call's."""
-        call_id = self.tool_call_id
+        call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
+
+        def marked() -> Any:
+            with calling(key, ns):  # a sub-agent the tool invokes knows its calling call
+                return mark_answer(action(), call_id)
+
         try:
             result = engine.run(
                 self.derived.key,
                 fingerprint=self.derived.fingerprint,
-                action=lambda: mark_answer(action(), call_id),
+                action=marked,
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
@@ -159,10 +168,11 @@ class PendingCall:
         self, engine: Engine, action: Callable[[], Awaitable[Any]], config: RunnableConfig
     ) -> Any:
         """The async twin of :meth:`run`."""
-        call_id = self.tool_call_id
+        call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
 
         async def marked() -> Any:
-            return mark_answer(await action(), call_id)
+            with calling(key, ns):
+                return mark_answer(await action(), call_id)
 
         try:
             result = await engine.arun(

@@ -24,6 +24,9 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
+``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
+``configurable["checkpoint_map"]``              call under ``scope="turn"``
+                                                (:func:`root_state_messages`)
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
@@ -73,6 +76,7 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
+PREGEL_CHECKPOINTER = "__pregel_checkpointer"
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -216,3 +220,28 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+def root_state_messages(config: RunnableConfig) -> Any:
+    """The ``messages`` channel of the thread's outermost graph, read from its checkpoint
+    (the one this step started from when LangGraph's ``checkpoint_map`` names it, else the
+    latest), or ``None`` without a checkpointer or such a channel."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    thread_id = configurable.get("thread_id")
+    if saver is None or not hasattr(saver, "get_tuple") or thread_id is None:
+        return None
+    root: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    checkpoint_map = configurable.get("checkpoint_map")
+    if isinstance(checkpoint_map, dict) and checkpoint_map.get(""):
+        root["checkpoint_id"] = checkpoint_map[""]
+    try:
+        saved = saver.get_tuple({"configurable": root})
+        if saved is None and "checkpoint_id" in root:
+            del root["checkpoint_id"]
+            saved = saver.get_tuple({"configurable": root})
+    except Exception:  # a saver that cannot answer here (an async-only one): no outer turn
+        return None
+    if saved is None:
+        return None
+    return saved.checkpoint.get("channel_values", {}).get("messages")
