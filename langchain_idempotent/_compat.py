@@ -24,6 +24,9 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
+``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
+``_is_injected_arg_type``                       the id its replay answers
+                                                (:func:`injected_call_id_names`)
 ``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
 ``configurable["checkpoint_map"]``              call under ``scope="turn"``
                                                 (:func:`root_state_messages`)
@@ -245,3 +248,28 @@ def root_state_messages(config: RunnableConfig) -> Any:
     if saved is None:
         return None
     return saved.checkpoint.get("channel_values", {}).get("messages")
+
+
+def injected_call_id_names(tool: Any) -> list[str]:
+    """The parameters of ``tool`` annotated ``InjectedToolCallId`` (its schema's and its
+    function's: a custom ``args_schema`` leaves it out), as LangChain finds them."""
+    import typing
+
+    from langchain_core.tools import InjectedToolCallId
+    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
+
+    hints: dict[str, Any] = {}
+    schema = getattr(tool, "args_schema", None)
+    if isinstance(schema, type):
+        hints.update(get_all_basemodel_annotations(schema))
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        if fn is not None:
+            try:
+                hints.update(typing.get_type_hints(fn, include_extras=True))
+            except Exception:  # unresolvable annotations: nothing to learn from them
+                continue
+    return [
+        name
+        for name, hint in hints.items()
+        if _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
+    ]

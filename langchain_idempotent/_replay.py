@@ -30,6 +30,8 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langchain_core.messages.tool import ToolOutputMixin
 
+from ._compat import injected_call_id_names
+
 __all__ = ["ANSWER", "mark_answer", "restamp"]
 
 #: The ``tool_call_id`` a stored answer carries in place of the first call's id.
@@ -163,31 +165,8 @@ def direct_call_id(tool: Any, tool_input: Any) -> str | None:
     LangChain allows): the id its ``ToolMessage`` answers, so a replay answers the same."""
     if not isinstance(tool_input, dict):
         return None
-    for name in _injected_call_id_names(tool):
+    for name in injected_call_id_names(tool):
         value = tool_input.get(name)
         if isinstance(value, str) and value:
             return value
     return None
-
-
-def _injected_call_id_names(tool: Any) -> list[str]:
-    import typing
-
-    from langchain_core.tools import InjectedToolCallId
-    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
-
-    hints: dict[str, Any] = {}
-    schema = getattr(tool, "args_schema", None)
-    if isinstance(schema, type):
-        hints.update(get_all_basemodel_annotations(schema))
-    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
-        if fn is not None:
-            try:
-                hints.update(typing.get_type_hints(fn, include_extras=True))
-            except Exception:  # unresolvable annotations: nothing to learn from them
-                continue
-    return [
-        name
-        for name, hint in hints.items()
-        if _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
-    ]
