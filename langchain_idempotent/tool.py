@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
 from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
+from ._replay import direct_call_id
 from .engine import Engine
 from .events import EventHook
 from .keys import model_schema
@@ -139,7 +140,7 @@ class IdempotentTool(BaseTool):
         if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
             args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
         else:
-            args, tool_call_id = tool_input, None
+            args, tool_call_id = tool_input, direct_call_id(self.inner, tool_input)
         return PendingCall.derive(
             tool=self.name,
             schema=self.tool_call_schema,

@@ -178,3 +178,51 @@ def test_compat_lists_its_supported_ranges() -> None:
     doc = inspect.getdoc(_compat) or ""
     for package in ("langchain-core", "langgraph", "langchain"):
         assert f"``{package}``" in doc
+
+
+def test_the_injected_call_id_parameter_is_found_even_outside_a_custom_schema() -> None:
+    from pydantic import BaseModel
+
+    class Input(BaseModel):
+        x: int
+
+    @tool(args_schema=Input)
+    def echo(x: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Echo."""
+        return str(x)
+
+    assert _compat.injected_call_id_names(echo) == ["tool_call_id"], moved(
+        "langchain_core.tools.base._is_injected_arg_type"
+    )
+
+
+def test_a_nested_graph_reads_the_outermost_graphs_messages_from_its_checkpoint() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END
+
+    seen: list[Any] = []
+
+    def inner(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        seen.append(_compat.root_state_messages(config))
+        return {}
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+    subgraph = sub.compile()
+
+    def outer(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        subgraph.invoke({"messages": [HumanMessage("made afresh", id="sub-1")]}, config)
+        return {}
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("outer", outer)
+    parent.add_edge(START, "outer")
+    parent.add_edge("outer", END)
+    graph = parent.compile(checkpointer=InMemorySaver())
+    graph.invoke(
+        {"messages": [HumanMessage("the user", id="u-1")]}, {"configurable": {"thread_id": "t"}}
+    )
+    [messages] = seen
+    assert [m.id for m in messages] == ["u-1"], moved("configurable checkpointer / checkpoint_map")
