@@ -17,33 +17,8 @@ from langgraph_swarm import create_handoff_tool, create_swarm
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 from langchain_idempotent._handoff import is_handoff
-from tests.support.agents import Ledger, ReplyModel, last_tool_result, refund_tool, tool_call
+from tests.support.agents import Ledger, ReplyModel, last_is, refund_tool, swarm_agents, tool_call
 from tests.support.graphs import assert_every_call_answered, thread
-
-
-def last_is(messages: list[BaseMessage], kind: str, name: str | None = None) -> bool:
-    m = messages[-1] if messages else None
-    return m is not None and m.type == kind and (name is None or m.name == name)
-
-
-def swarm_agents(refund: Any, to_bob: Any, to_alice: Any) -> list[Any]:
-    """alice (triage) hands over to bob; bob refunds and hands back; alice answers."""
-
-    def alice(messages: list[BaseMessage]) -> AIMessage:
-        if last_is(messages, "human"):
-            return tool_call("transfer_to_bob")
-        return AIMessage("bob has refunded you")
-
-    def bob(messages: list[BaseMessage]) -> AIMessage:
-        answer = last_tool_result(messages)
-        if answer is not None and answer.name == "issue_refund":
-            return tool_call("transfer_to_alice")
-        return tool_call("issue_refund", invoice_id="INV-7", amount=140)
-
-    return [
-        create_agent(ReplyModel(reply=alice), [to_bob], name="alice"),
-        create_agent(ReplyModel(reply=bob), [refund, to_alice], name="bob"),
-    ]
 
 
 def test_a_handoff_wrapped_without_saying_what_replay_means_is_refused_naming_the_option() -> None:

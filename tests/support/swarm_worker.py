@@ -17,8 +17,7 @@ import signal
 import sys
 from typing import Any
 
-from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_swarm import create_handoff_tool, create_swarm
@@ -29,7 +28,7 @@ from langchain_idempotent import (
     get_idempotency_context,
     idempotent,
 )
-from tests.support.agents import ReplyModel, last_tool_result, tool_call
+from tests.support.agents import swarm_agents
 
 
 def main(argv: list[str]) -> int:
@@ -61,25 +60,9 @@ def main(argv: list[str]) -> int:
         store = SqliteIdempotencyStore(db)
         refund = idempotent(issue_refund, store, lease=0.5, wait_timeout=10, reconcile=booked)
 
-    def alice(messages: list[BaseMessage]) -> AIMessage:
-        if messages[-1].type == "human":
-            return tool_call("transfer_to_bob")
-        return AIMessage("bob has refunded you")
-
-    def bob(messages: list[BaseMessage]) -> AIMessage:
-        answer = last_tool_result(messages)
-        if answer is not None and answer.name == "issue_refund":
-            return tool_call("transfer_to_alice")
-        return tool_call("issue_refund", invoice_id="INV-7", amount=140)
-
-    agents = [
-        create_agent(
-            ReplyModel(reply=alice), [create_handoff_tool(agent_name="bob")], name="alice"
-        ),
-        create_agent(
-            ReplyModel(reply=bob), [refund, create_handoff_tool(agent_name="alice")], name="bob"
-        ),
-    ]
+    agents = swarm_agents(
+        refund, create_handoff_tool(agent_name="bob"), create_handoff_tool(agent_name="alice")
+    )
     graph = create_swarm(agents, default_active_agent="alice").compile(checkpointer=InMemorySaver())
     out = graph.invoke(
         {"messages": [HumanMessage("refund INV-7, $140")]},
