@@ -273,3 +273,19 @@ def injected_call_id_names(tool: Any) -> list[str]:
         for name, hint in hints.items()
         if _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
     ]
+
+
+def reads_graph_state(hint: Any) -> bool:
+    """Whether a parameter annotated ``hint`` is handed the graph state: ``InjectedState``
+    (LangGraph's marker, as ToolNode finds it) or a ``ToolRuntime``."""
+    import typing
+
+    from langchain_core.tools.base import _is_injected_arg_type
+    from langgraph.prebuilt import InjectedState, ToolRuntime
+
+    if _is_injected_arg_type(hint, injected_type=InjectedState):
+        return True
+    for candidate in (hint, typing.get_origin(hint), *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
+            return True
+    return False

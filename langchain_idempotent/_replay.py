@@ -32,7 +32,7 @@ from langchain_core.messages.tool import ToolOutputMixin
 
 from ._compat import injected_call_id_names
 
-__all__ = ["ANSWER", "mark_answer", "restamp"]
+__all__ = ["ANSWER", "direct_call_id", "mark_answer", "messages_of", "restamp"]
 
 #: The ``tool_call_id`` a stored answer carries in place of the first call's id.
 ANSWER = "__idempotency_answer__"
@@ -170,3 +170,29 @@ def direct_call_id(tool: Any, tool_input: Any) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def messages_of(result: Any) -> list[Any]:
+    """Every message a ``Command`` result's update carries (none for other results)."""
+    from langgraph.types import Command
+
+    if not isinstance(result, Command):
+        return []
+    update = result.update
+    found: list[Any] = []
+    if isinstance(update, dict):
+        found = _as_list(update.get("messages"))
+    elif isinstance(update, list | tuple):
+        if update and all(_is_pair(item) for item in update):
+            for channel, value in update:
+                if channel == "messages":
+                    found += _as_list(value)
+        else:
+            found = [m for m in update if hasattr(m, "type")]
+    return found
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [] if value is None else [value]

@@ -291,7 +291,7 @@ class KeyExplanation:
 
 def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
     """The key, fingerprint and record meta for one call under ``scope``."""
-    explained = explain_key(info, scope)
+    explained = _explain(info, scope)
     fingerprint = _digest("fp", info.tool, info.canonical_args)[:32]
     meta = {
         "namespace": info.namespace,
@@ -306,9 +306,48 @@ def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
     return DerivedKey(explained.key, fingerprint, meta)
 
 
-def explain_key(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
-    """The key of ``info`` under ``scope`` and the parts it was made of (``str()`` of the
-    result is a table). Raises what :func:`derive_key` raises."""
+def explain_key(
+    call: CallInfo | Any,
+    tool_input: str | Mapping[str, Any] | None = None,
+    config: RunnableConfig | None = None,
+    *,
+    scope: Scope | KeyFunction | None = None,
+    namespace: str | None = None,
+) -> KeyExplanation:
+    """Which parts made a key: the key and its parts in the order they are hashed
+    (``print()`` it for a table). Raises what :func:`derive_key` raises.
+
+    ``call`` is a :class:`CallInfo` (a key function or an approval predicate has one), or a
+    tool (an :class:`~langchain_idempotent.IdempotentTool` brings its scope and namespace)
+    with the ``tool_input`` it is invoked with (a ``ToolCall`` or its arguments) and the
+    ``config`` it runs under (``{"configurable": {"thread_id": ..., "checkpoint_ns": ...},
+    "metadata": {"langgraph_node": ..., "lc_agent_name": ...}}``)::
+
+        print(explain_key(wrapped_refund, {"invoice_id": "INV-7", "amount": 140},
+                          {"configurable": {"thread_id": "t-1"}}))
+    """
+    policy = getattr(call, "policy", None)
+    chosen: Scope | KeyFunction = scope or getattr(policy, "scope", None) or "thread"
+    if isinstance(call, CallInfo):
+        return _explain(call, chosen)
+    if tool_input is None:
+        raise TypeError("explain_key(tool, tool_input, config): give the call's input")
+    tool_call_id = None
+    args: Any = tool_input
+    if isinstance(tool_input, Mapping) and tool_input.get("type") == "tool_call":
+        args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
+    info = call_info(
+        tool=call.name,
+        schema=model_schema(call),
+        tool_input=args,
+        tool_call_id=tool_call_id,
+        config=config or {},
+        namespace=namespace or str(getattr(policy, "namespace", "default")),
+    )
+    return _explain(info, chosen)
+
+
+def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
     version = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
     if callable(scope):
         user_key = scope(info)

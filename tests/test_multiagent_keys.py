@@ -23,7 +23,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import RetryPolicy, Send
 
-from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
 from langchain_idempotent.keys import AgentCollisionWarning, CallInfo, graph_path
 from tests.support.agents import (
     GatewayError,
@@ -94,12 +94,16 @@ def test_a_node_retried_after_its_subgraph_refunded_does_not_refund_again(mode: 
 
 
 def billing_agent(refund: Any, *, name: str | None = "billing_agent") -> Any:
+    return billing_agent_with(refund, name=name)
+
+
+def billing_agent_with(refund: Any, *middleware: Any, name: str | None = "billing_agent") -> Any:
     def reply(messages: Any) -> AIMessage:
         if last_tool_result(messages) is not None:
             return AIMessage("refunded")
         return tool_call("issue_refund", invoice_id="INV-7", amount=140)
 
-    return create_agent(ReplyModel(reply=reply), [refund], name=name)
+    return create_agent(ReplyModel(reply=reply), [refund], middleware=list(middleware), name=name)
 
 
 def ask_billing_tool(agent: Any, failures: list[Exception]) -> BaseTool:
@@ -244,12 +248,17 @@ def test_without_a_name_or_a_wrapped_caller_two_sub_agents_cannot_be_told_apart(
 # -- D4: turn scope inside a sub-agent -------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", PROTECTIONS)
+@pytest.mark.parametrize("mode", [*PROTECTIONS, "ours (middleware)"])
 def test_turn_scope_inside_a_sub_agent_is_the_outermost_user_turn(mode: str) -> None:
     """The calling tool makes the sub-agent's HumanMessage afresh on every attempt; the
     user's turn is the supervisor's."""
     ledger, store = Ledger(), InMemoryIdempotencyStore()
-    agent = billing_agent(protect(refund_tool(ledger), mode, store, scope="turn"))
+    if mode == "ours (middleware)":
+        agent = billing_agent_with(
+            refund_tool(ledger), IdempotencyMiddleware(store, tools=["issue_refund"], scope="turn")
+        )
+    else:
+        agent = billing_agent(protect(refund_tool(ledger), mode, store, scope="turn"))
     retry = RetryPolicy(max_attempts=2, retry_on=ConnectionError, initial_interval=0.01)
     graph = tool_graph(
         ScriptedChatModel(then=SUPERVISOR_STEP),
@@ -259,8 +268,8 @@ def test_turn_scope_inside_a_sub_agent_is_the_outermost_user_turn(mode: str) -> 
     )
     config = thread(f"turn-{mode}")
     graph.invoke({"messages": [HumanMessage("refund INV-7")]}, config)
-    assert ledger.count("refund") == {"plain": 2, "ours": 1}[mode]
-    if mode == "ours":  # a new user turn may repeat the call: that is what turn scope is
+    assert ledger.count("refund") == (2 if mode == "plain" else 1)
+    if mode != "plain":  # a new user turn may repeat the call: that is what turn scope is
         graph.invoke({"messages": [HumanMessage("and once more, please")]}, config)
         assert ledger.count("refund") == 2
 

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -117,3 +118,28 @@ def email_tool(ledger: Ledger) -> BaseTool:
         return f"e-mailed {customer_id}"
 
     return send_email
+
+
+def last_is(messages: list[BaseMessage], kind: str, name: str | None = None) -> bool:
+    m = messages[-1] if messages else None
+    return m is not None and m.type == kind and (name is None or m.name == name)
+
+
+def swarm_agents(refund: Any, to_bob: Any, to_alice: Any) -> list[Any]:
+    """alice (triage) hands over to bob; bob refunds and hands back; alice answers."""
+
+    def alice(messages: list[BaseMessage]) -> AIMessage:
+        if last_is(messages, "human"):
+            return tool_call("transfer_to_bob")
+        return AIMessage("bob has refunded you")
+
+    def bob(messages: list[BaseMessage]) -> AIMessage:
+        answer = last_tool_result(messages)
+        if answer is not None and answer.name == "issue_refund":
+            return tool_call("transfer_to_alice")
+        return tool_call("issue_refund", invoice_id="INV-7", amount=140)
+
+    return [
+        create_agent(ReplyModel(reply=alice), [to_bob], name="alice"),
+        create_agent(ReplyModel(reply=bob), [refund, to_alice], name="bob"),
+    ]
