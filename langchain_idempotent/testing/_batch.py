@@ -32,9 +32,7 @@ class BatchClaimContract(ContractBase):
             rec = require(await face.get(k))
             assert (rec.owner, rec.fence, rec.meta.get("tool")) == (f"o{i}", 1, "t")
 
-    async def test_the_same_key_twice_in_a_batch_is_two_sequential_claims(
-        self, face: Face
-    ) -> None:
+    async def test_the_same_key_twice_in_a_batch_is_two_sequential_claims(self, face: Face) -> None:
         key = new_key()
         first, second, again = await face.claim_many(
             [request(key, "a"), request(key, "b"), request(key, "a")]
