@@ -352,6 +352,22 @@ _REPLAY_OR_CLAIM = (
     "AND fingerprint = %(fingerprint)s AND version = {version} AND expires_at > {now}) "
     "UNION ALL (" + _CLAIM + ") LIMIT 1"
 )
+# claim_many: {t}_claim once per request, in the order given, in one statement. The
+# requests come as parallel arrays, unnested WITH ORDINALITY (n: the request's position);
+# a LATERAL join calls the function per row, a nested loop over the unnest rows in order.
+# The function is VOLATILE, so each call reads with a fresh snapshot and sees what the
+# earlier calls of the same statement wrote: the same key twice is two sequential claims.
+# %(keys)s, %(owners)s, %(fingerprints)s text[]; %(leases)s, %(ttls)s bigint[] (ms);
+# %(takeovers)s boolean[]; %(metas)s jsonb[] (sent as text[]); sweep 0 (single claims
+# sweep). Returns the function's row per request (see {t}_claim), in request order.
+_CLAIM_MANY = (
+    "SELECT c.* FROM unnest(%(keys)s::text[], %(owners)s::text[], %(fingerprints)s::text[], "
+    "%(leases)s::bigint[], %(ttls)s::bigint[], %(takeovers)s::boolean[], "
+    "%(metas)s::text[]::jsonb[]) "
+    "WITH ORDINALITY AS r(key, owner, fingerprint, lease_ms, ttl_ms, takeover, meta, n) "
+    "CROSS JOIN LATERAL {t}_claim(r.key, r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, "
+    "r.takeover, r.meta, 0) AS c ORDER BY r.n"
+)
 # complete: %s key, owner, fence, fingerprint, payload, failed, ttl_ms, meta, strict (the
 # function's parameters in order). Returns the function's row (see {t}_complete).
 _COMPLETE = "SELECT * FROM {t}_complete(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -443,6 +459,7 @@ class _Queries:
         self.known_tables = f(_KNOWN_TABLES)
         self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
         self.claim, self.replay_or_claim = f(_CLAIM), f(_REPLAY_OR_CLAIM)
+        self.claim_many = f(_CLAIM_MANY)
         self.complete, self.renew = f(_COMPLETE), f(_RENEW)
         self.release, self.abandon = f(_RELEASE), f(_ABANDON)
         self.get, self.now, self.delete = f(_GET), f(_NOW_MS), f(_DELETE)

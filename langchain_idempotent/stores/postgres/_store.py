@@ -84,14 +84,14 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar, get_args
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ...errors import CorruptRecordError, StoreUnavailableError
 from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason, abandoned_owner
-from ..base import BaseIdempotencyStore
+from ..base import BaseIdempotencyStore, ClaimRequest
 from ._describe import describe_op
 from ._listen import _Waiters
 from ._pools import _ERRORS, Op, Stmt, _parse_url, _Pools, _redact, run_async, run_sync, single
@@ -335,6 +335,49 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         }
         query = self._q.claim if sweep else self._q.replay_or_claim
         return single(Stmt(query, params), lambda row: _claim_answer(key, row, self._table))
+
+    def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        """Every claim in one statement (``unnest`` + ``LATERAL`` over the claim function,
+        :mod:`._sql`): one round trip, one transaction, answers in request order."""
+        if not requests:
+            return []
+        return self._run(requests[0].key, self._claim_many_op(requests))
+
+    async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        if not requests:
+            return []
+        return await self._arun(requests[0].key, self._claim_many_op(requests))
+
+    def _claim_many_op(self, requests: Sequence[ClaimRequest]) -> Op[builtins.list[Claim]]:
+        for r in requests:
+            if r.on_expired not in ("takeover", "raise"):
+                raise ValueError(
+                    f'on_expired must be "takeover" or "raise", got {r.on_expired!r} '
+                    f"(claim of {r.key!r})"
+                )
+        params = {
+            "keys": [r.key for r in requests],
+            "owners": [r.owner for r in requests],
+            "fingerprints": [r.fingerprint for r in requests],
+            "leases": [int(r.lease_ms) for r in requests],
+            "ttls": [int(r.ttl_ms) for r in requests],
+            "takeovers": [r.on_expired == "takeover" for r in requests],
+            "metas": [_meta(r.meta) for r in requests],
+        }
+
+        def decode(rows: Any) -> builtins.list[Claim]:
+            if len(rows) != len(requests):
+                raise CorruptRecordError(
+                    f"claim_many on {self._table} answered {len(rows)} rows for "
+                    f"{len(requests)} claims",
+                    key=requests[0].key,
+                )
+            return [
+                _claim_answer(r.key, row, self._table)
+                for r, row in zip(requests, rows, strict=True)
+            ]
+
+        return single(Stmt(self._q.claim_many, params, fetch="all"), decode)
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return self._run(key, self._renew_op(key, owner, fence, lease_ms))
