@@ -28,6 +28,7 @@ from langchain_idempotent.engine import Engine
 from langchain_idempotent.policy import Policy
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest
+from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.counting import CountingStore
 from tests.support.graphs import (
@@ -44,13 +45,17 @@ from tests.support.graphs import (
 N = 4
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CountingStore]:
-    inner: BaseIdempotencyStore = (
-        InMemoryIdempotencyStore()
-        if request.param == "memory"
-        else SqliteIdempotencyStore(tmp_path / "batch.db")
-    )
+    inner: BaseIdempotencyStore
+    if request.param == "memory":
+        inner = InMemoryIdempotencyStore()
+    elif request.param == "sqlite":
+        inner = SqliteIdempotencyStore(tmp_path / "batch.db")
+    else:
+        server = request.getfixturevalue("redis_server")
+        prefix = request.getfixturevalue("redis_prefix")
+        inner = RedisIdempotencyStore.from_url(server.url, prefix=prefix)
     yield CountingStore(inner)
     inner.close()
 
