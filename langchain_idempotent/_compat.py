@@ -23,7 +23,9 @@ touch                                           why
                                                 LangChain would have made
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
-                                                ``scope="turn"`` (:func:`graph_state_messages`)
+                                                ``scope="turn"``, and the ``AIMessage`` whose
+                                                parallel calls claim in one batch (:mod:`._batch`)
+                                                (:func:`graph_state_messages`)
 ``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
 ``_is_injected_arg_type``                       the id its replay answers
                                                 (:func:`injected_call_id_names`)
