@@ -12,7 +12,8 @@ cluster, ``fsync=off`` like the test clusters) — and each N in 1, 4, 16, two c
   parallel tool calls of one model message cost before the batch.
 
 Each on fresh keys (every claim ``ACQUIRED``: a step's first run) and on completed keys
-(every claim ``REPLAY``: a step run again). The cases of one store are sampled in
+(every claim ``REPLAY``: a step run again); the requests (keys, owner tokens) are made
+before the clock starts. The cases of one store are sampled in
 interleaved, shuffled rounds (every round visits every case in random order, ``--reps``
 operations each), so drift falls on all alike; the figure is the median per operation
 (per N claims) over all rounds, and the ratio is ``separate / batched``.
@@ -87,9 +88,10 @@ def _requests(keys: list[str]) -> list[ClaimRequest]:
     return [ClaimRequest(k, uuid.uuid4().hex, "fp", LEASE_MS, TTL_MS) for k in keys]
 
 
-def _cases(store: BaseIdempotencyStore) -> dict[str, Callable[[], object]]:
-    """``<fresh|replay>/<batched|separate>/<N>`` -> one operation of N claims."""
-    cases: dict[str, Callable[[], object]] = {}
+def _cases(store: BaseIdempotencyStore) -> dict[str, Callable[[], Callable[[], object]]]:
+    """``<fresh|replay>/<batched|separate>/<N>`` -> a preparation (untimed: new keys and
+    owner tokens) returning one operation of N claims (timed)."""
+    cases: dict[str, Callable[[], Callable[[], object]]] = {}
     for n in SIZES:
         done = [f"done-{n}-{i}-{uuid.uuid4().hex}" for i in range(n)]
         for r, c in zip(_requests(done), store.claim_many(_requests(done)), strict=True):
@@ -102,59 +104,63 @@ def _cases(store: BaseIdempotencyStore) -> dict[str, Callable[[], object]]:
                 failed=False,
                 ttl_ms=TTL_MS,
             )
-        replay = _requests(done)
 
         def fresh(n: int = n) -> list[ClaimRequest]:
             return _requests([uuid.uuid4().hex for _ in range(n)])
 
-        def batched(n: int = n) -> object:
-            return store.claim_many(fresh(n))
+        def replay(keys: list[str] = done) -> list[ClaimRequest]:
+            return _requests(keys)
 
-        def separate(n: int = n) -> object:
-            return [_claim(store, r) for r in fresh(n)]
-
-        def batched_replay(rs: list[ClaimRequest] = replay) -> object:
-            return store.claim_many(rs)
-
-        def separate_replay(rs: list[ClaimRequest] = replay) -> object:
-            return [_claim(store, r) for r in rs]
-
-        cases[f"fresh/batched/{n}"] = batched
-        cases[f"fresh/separate/{n}"] = separate
-        cases[f"replay/batched/{n}"] = batched_replay
-        cases[f"replay/separate/{n}"] = separate_replay
+        for kind, make in (("fresh", fresh), ("replay", replay)):
+            cases[f"{kind}/batched/{n}"] = _batched(store, make)
+            cases[f"{kind}/separate/{n}"] = _separate(store, make)
     return cases
 
 
+def _batched(
+    store: BaseIdempotencyStore, make: Callable[[], list[ClaimRequest]]
+) -> Callable[[], Callable[[], object]]:
+    def prepare() -> Callable[[], object]:
+        requests = make()
+        return lambda: store.claim_many(requests)
+
+    return prepare
+
+
+def _separate(
+    store: BaseIdempotencyStore, make: Callable[[], list[ClaimRequest]]
+) -> Callable[[], Callable[[], object]]:
+    def prepare() -> Callable[[], object]:
+        requests = make()
+        return lambda: [_claim(store, r) for r in requests]
+
+    return prepare
+
+
 def _claim(store: BaseIdempotencyStore, r: ClaimRequest) -> object:
-    return store.claim(
-        r.key,
-        owner=r.owner,
-        fingerprint=r.fingerprint,
-        lease_ms=r.lease_ms,
-        ttl_ms=r.ttl_ms,
-        on_expired=r.on_expired,
-        meta=r.meta,
-    )
+    return store.claim(**r.kwargs())
 
 
 def _sample(
-    cases: dict[str, Callable[[], object]], rounds: int, reps: int, rng: random.Random
+    cases: dict[str, Callable[[], Callable[[], object]]],
+    rounds: int,
+    reps: int,
+    rng: random.Random,
 ) -> dict[str, list[int]]:
     samples: dict[str, list[int]] = {name: [] for name in cases}
-    for fn in cases.values():  # warm up (prepared statements, connections, scripts)
+    for prepare in cases.values():  # warm up (prepared statements, connections, scripts)
         for _ in range(3):
-            fn()
+            prepare()()
     for _ in range(rounds):
         order = list(cases)
         rng.shuffle(order)
         for name in order:
-            fn = cases[name]
+            ops = [cases[name]() for _ in range(reps)]
             gc.disable()
             try:
-                for _ in range(reps):
+                for op in ops:
                     t0 = time.perf_counter_ns()
-                    fn()
+                    op()
                     samples[name].append(time.perf_counter_ns() - t0)
             finally:
                 gc.enable()

@@ -46,6 +46,18 @@ class ClaimRequest:
         if not isinstance(self.owner, str) or not self.owner:
             raise ValueError(f"ClaimRequest for {self.key!r} needs a non-empty owner token")
 
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :meth:`BaseIdempotencyStore.claim` for this request."""
+        return {
+            "key": self.key,
+            "owner": self.owner,
+            "fingerprint": self.fingerprint,
+            "lease_ms": self.lease_ms,
+            "ttl_ms": self.ttl_ms,
+            "on_expired": self.on_expired,
+            "meta": self.meta,
+        }
+
 
 class BaseIdempotencyStore(ABC):
     """Where leases and memoized results live. See :mod:`langchain_idempotent.protocol`."""
@@ -72,7 +84,7 @@ class BaseIdempotencyStore(ABC):
         by one; stores that can override it with one round trip (one lock hold, one
         transaction, one pipeline, one statement). A store error raises for the whole
         batch; the claims made before it stand (their leases expire or are released)."""
-        return [self.claim(**_claim_kwargs(r)) for r in requests]
+        return [self.claim(**r.kwargs()) for r in requests]
 
     @abstractmethod
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
@@ -196,7 +208,7 @@ class BaseIdempotencyStore(ABC):
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """:meth:`claim_many` for async callers; this default awaits :meth:`aclaim` in order."""
-        return [await self.aclaim(**_claim_kwargs(r)) for r in requests]
+        return [await self.aclaim(**r.kwargs()) for r in requests]
 
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return await asyncio.to_thread(self.renew, key, owner=owner, fence=fence, lease_ms=lease_ms)
@@ -272,15 +284,3 @@ class BaseIdempotencyStore(ABC):
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
-
-
-def _claim_kwargs(request: ClaimRequest) -> dict[str, Any]:
-    return {
-        "key": request.key,
-        "owner": request.owner,
-        "fingerprint": request.fingerprint,
-        "lease_ms": request.lease_ms,
-        "ttl_ms": request.ttl_ms,
-        "on_expired": request.on_expired,
-        "meta": request.meta,
-    }

@@ -382,8 +382,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """Every claim in one pipeline (see above); answers in order, as sequential claims
         would give them (the script runs per key, in the order sent)."""
-        if not requests:
-            return []
+        if len(requests) < 2:  # nothing to pipeline: one claim, on the fast path
+            return [self.claim(**r.kwargs()) for r in requests]
         calls = [(self._rkey(r.key), _request_args(r)) for r in requests]
         wait = self._durability.wait
         try:
@@ -403,8 +403,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         return claims
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
-        if not requests:
-            return []
+        if len(requests) < 2:
+            return [await self.aclaim(**r.kwargs()) for r in requests]
         calls = [(self._rkey(r.key), _request_args(r)) for r in requests]
         wait = self._durability.wait
         client = self._async()
