@@ -252,6 +252,29 @@ def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
     return requests, window
 
 
+def _plan(me: Sibling, step: StepCalls, batch: _Step) -> tuple[list[ClaimRequest], float] | None:
+    """The leader's claims and pickup window, or ``None`` (the batch failed: fewer than two
+    calls to claim, or a sibling's key could not be derived — that sibling will say why)."""
+    try:
+        requests, window = _requests(me, step)
+    except Exception:
+        log.debug("batch: a sibling's key could not be derived; no batch", exc_info=True)
+        requests, window = [], 0.0
+    if len(requests) < 2:
+        batch.fail(_window(me.engine))
+        return None
+    return requests, window
+
+
+def _failed(me: Sibling, batch: _Step, exc: BaseException) -> None:
+    """The batch claim raised: every sibling claims on its own, and meets a store error in
+    the engine's flow (``fail_open`` and all). A cancellation is raised on."""
+    batch.fail(_window(me.engine))
+    if not isinstance(exc, Exception):
+        raise exc
+    log.debug("batch: claim_many failed (%s); each call claims on its own", exc)
+
+
 def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
     """This call's claim from its step's batch (made now if this call leads), or ``None``:
     the call claims on its own."""
@@ -262,15 +285,15 @@ def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
         return None
     batch, leader = joined
     if leader:
+        plan = _plan(me, step, batch)
+        if plan is None:
+            return None
+        requests, window = plan
         try:
-            requests, window = _requests(me, step)
-            if len(requests) < 2:
-                batch.fail(_window(me.engine))
-                return None
             claims = me.engine.store.claim_many(requests)
-        except BaseException:
-            batch.fail(_window(me.engine))
-            raise
+        except BaseException as exc:
+            _failed(me, batch, exc)
+            return None
         batch.fill(requests, claims, window)
     elif not batch.ready.wait(timeout=me.engine.policy.lease_s):
         return None
@@ -288,15 +311,15 @@ async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
     batch, leader = joined
     if leader:
         batch.future = asyncio.get_running_loop().create_future()
+        plan = _plan(me, step, batch)
+        if plan is None:
+            return None
+        requests, window = plan
         try:
-            requests, window = _requests(me, step)
-            if len(requests) < 2:
-                batch.fail(_window(me.engine))
-                return None
             claims = await me.engine.store.aclaim_many(requests)
-        except BaseException:
-            batch.fail(_window(me.engine))
-            raise
+        except BaseException as exc:
+            _failed(me, batch, exc)
+            return None
         batch.fill(requests, claims, window)
     else:
         future = batch.future

@@ -293,3 +293,23 @@ def test_claim_many_of_a_store_without_its_own_batch_claims_one_by_one() -> None
     assert got == [ClaimOutcome.ACQUIRED, ClaimOutcome.ACQUIRED, ClaimOutcome.BUSY]
     assert store.counts["claim"] == 3
     assert asyncio.run(store.aclaim_many([])) == []
+
+
+def test_a_failed_batch_claim_sends_every_call_to_claim_on_its_own(tmp_path: Path) -> None:
+    """claim_many unreachable (here: refused) while claim works: all four calls still claim,
+    run once and answer; nothing is lost to the failed batch."""
+    from langchain_idempotent.errors import StoreUnavailableError
+
+    class NoBatches(CountingStore):
+        def claim_many(self, requests: Any) -> list[Any]:
+            self._count("claim_many")
+            raise StoreUnavailableError("batch refused")
+
+    store = NoBatches(InMemoryIdempotencyStore())
+    effects = Effects()
+    out = graph(store, effects, [four_calls("f"), final()]).invoke(
+        {"messages": [HumanMessage("pay")]}, thread("t-fail")
+    )
+    assert_answers(out["messages"], "f")
+    assert store.claims() == (N, 1)
+    assert effects.count() == N

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -337,50 +337,63 @@ async def _aexecute(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _execute_many(
-    client: Any, script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
-) -> tuple[list[Any], int | None]:
-    """One attempt of a batch: ``script`` once per ``(rkey, args)`` in one pipeline without
-    MULTI (a Cluster client's pipeline sends one per node, each script on its key's node),
-    with ``wait`` behind them on the same connection. Replies come back in order; calls
-    answered ``NOSCRIPT`` are sent again with ``EVAL`` (which caches the script) in a second
-    pipeline. The first other error reply is raised, as one call would raise it."""
+def _batch_steps(
+    script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
+) -> Generator[list[tuple[Any, ...]], list[Any], tuple[list[Any], int | None]]:
+    """A batch of ``script`` calls, one per ``(rkey, args)``, for both drivers: yields the
+    commands of one pipeline without MULTI (a Cluster client's pipeline sends one per node,
+    each script on its key's node), ``wait`` behind them on the same connection; is sent the
+    pipeline's replies. Calls answered ``NOSCRIPT`` are sent again with ``EVAL`` (which
+    caches the script) in a second pipeline. Returns the replies in call order and the
+    ``WAIT`` count; the first other error reply is raised, as one call would raise it."""
     replies: list[Any] = [None] * len(calls)
     todo = list(range(len(calls)))
-    acks: int | None = None
     for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
-        pipe = client.pipeline(transaction=False)
-        for i in todo:
-            rkey, args = calls[i]
-            pipe.execute_command(command, body, 1, rkey, *args, **_RAW)
+        commands: list[tuple[Any, ...]] = [(command, body, 1, *_call(calls[i])) for i in todo]
         if wait is not None:
-            pipe.execute_command(*wait)
-        answers = pipe.execute(raise_on_error=False)
+            commands.append(tuple(wait))
+        answers = yield commands
         acks = _settle(replies, todo, answers, wait, command == "EVALSHA")
         if not todo:
             return replies, acks
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _call(call: tuple[str, Sequence[Any]]) -> tuple[Any, ...]:
+    rkey, args = call
+    return (rkey, *args)
+
+
+def _execute_many(
+    client: Any, script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
+) -> tuple[list[Any], int | None]:
+    """One attempt of a batch (:func:`_batch_steps`) on a sync client."""
+    steps = _batch_steps(script, calls, wait)
+    commands = next(steps)
+    while True:
+        pipe = client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command, **_RAW)
+        try:
+            commands = steps.send(pipe.execute(raise_on_error=False))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 async def _aexecute_many(
     client: Any, script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
 ) -> tuple[list[Any], int | None]:
     """:func:`_execute_many` on an async client."""
-    replies: list[Any] = [None] * len(calls)
-    todo = list(range(len(calls)))
-    acks: int | None = None
-    for command, body in (("EVALSHA", script.sha), ("EVAL", script.source)):
+    steps = _batch_steps(script, calls, wait)
+    commands = next(steps)
+    while True:
         pipe = client.pipeline(transaction=False)
-        for i in todo:
-            rkey, args = calls[i]
-            pipe.execute_command(command, body, 1, rkey, *args, **_RAW)
-        if wait is not None:
-            pipe.execute_command(*wait)
-        answers = await pipe.execute(raise_on_error=False)
-        acks = _settle(replies, todo, answers, wait, command == "EVALSHA")
-        if not todo:
-            return replies, acks
-    raise AssertionError("unreachable")  # pragma: no cover
+        for command in commands:
+            pipe.execute_command(*command, **_RAW)
+        try:
+            commands = steps.send(await pipe.execute(raise_on_error=False))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 def _settle(
