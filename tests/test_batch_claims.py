@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, _batch, idempotent
 from langchain_idempotent._call import PendingCall
@@ -313,3 +313,31 @@ def test_a_failed_batch_claim_sends_every_call_to_claim_on_its_own(tmp_path: Pat
     assert_answers(out["messages"], "f")
     assert store.claims() == (N, 1)
     assert effects.count() == N
+
+
+def test_each_sibling_holds_its_lease_under_the_owner_token_the_batch_claimed_it_with(
+    store: CountingStore,
+) -> None:
+    """The charge on card B fails with a handled error, so its call releases the key —
+    which only the owner the batch claimed it for can do (a release under any other token
+    is refused and the key would stay running until its lease ran out). The other three
+    complete at fence 1."""
+    effects = Effects()
+    plain = tools(effects)
+
+    def charge(card: str, cents: int) -> str:
+        if card == "B":
+            raise ToolException("card declined")
+        return str(plain[0].invoke({"card": card, "cents": cents}))
+
+    declining = StructuredTool.from_function(
+        charge, name="charge", description="Charge a card.", handle_tool_error=True
+    )
+    wrapped = idempotent([declining, plain[1]], store=store)
+    g = tool_graph(ScriptedChatModel(script=[four_calls("o"), final()]), wrapped)
+    out = g.invoke({"messages": [HumanMessage("pay")]}, thread("t-owner"))
+    assert answers(out["messages"])["o-2"] == "card declined"
+    assert store.claims() == (0, 1)
+    states = sorted((r.state.value, r.fence) for r in store.inner.list())
+    assert states == [("completed", 1)] * 3 + [("free", 1)]
+    assert store.counts["release"] == 1
