@@ -104,6 +104,8 @@ FOREIGN_MODULES = [
     "langgraph.errors",
     "langgraph.prebuilt",
     "langgraph.types",
+    "langgraph.checkpoint.memory",
+    "langchain.agents.middleware.human_in_the_loop",
     "langgraph.checkpoint.serde.jsonplus",
     "redis",
     "redis.asyncio",
@@ -172,6 +174,7 @@ HEAVY = ["langgraph", "langchain", "langchain_core", "redis", "pydantic_settings
     [
         "import langchain_idempotent",
         "from langchain_idempotent import IdempotencyError, MissingScopeError",
+        "from langchain_idempotent.policy import Policy",  # the approval setting is in it
     ],
 )
 def test_importing_the_package_loads_no_heavy_dependency(statement: str) -> None:
