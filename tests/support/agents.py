@@ -1,9 +1,9 @@
 """Pieces for the multi-agent tests: a refund ledger, a chat model that answers from a
 function of the conversation (and may fail once, as a gateway does), and tools.
 
-:class:`ReplyModel` is a real ``BaseChatModel``: ``create_agent``, ``create_react_agent``,
-``langgraph-supervisor``, ``langgraph-swarm`` and ``deepagents`` drive it exactly as they
-would a provider's model; ``bind_tools`` returns it unchanged.
+:class:`ReplyModel` is the tests' scripted ``BaseChatModel``: ``create_agent``,
+``create_react_agent``, ``langgraph-supervisor``, ``langgraph-swarm`` and ``deepagents``
+drive it exactly as they would a provider's model; ``bind_tools`` returns it unchanged.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import PrivateAttr
+
+from tests.support.graphs import ScriptedChatModel
 
 Reply = Callable[[Sequence[BaseMessage]], AIMessage]
 
@@ -28,28 +29,19 @@ class GatewayError(ConnectionError):
     """The model gateway dropped the connection (injected)."""
 
 
-class ReplyModel(BaseChatModel):
-    """Answers with ``reply(messages)``; while ``failures`` are left, a call for which
-    ``fail_when(messages)`` is true raises :class:`GatewayError` instead."""
+class ReplyModel(ScriptedChatModel):
+    """The scripted model answering every call with ``reply(messages)``; while
+    ``failures`` are left, a call for which ``fail_when(messages)`` is true raises
+    :class:`GatewayError` instead (before the reply is drawn, so the script goes on)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    reply: Any
+    reply: Any = None
     fail_when: Any = None
     failures: int = 1
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _calls: int = PrivateAttr(default=0)
+    _fail_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
-    @property
-    def _llm_type(self) -> str:
-        return "reply-model"
-
-    @property
-    def calls(self) -> int:
-        return self._calls
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ReplyModel:
-        return self
+    def model_post_init(self, context: Any) -> None:
+        self.then = self.reply
+        super().model_post_init(context)
 
     def _generate(
         self,
@@ -58,13 +50,11 @@ class ReplyModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        with self._lock:
-            self._calls += 1
+        with self._fail_lock:
             if self.failures and self.fail_when is not None and self.fail_when(messages):
                 self.failures -= 1
                 raise GatewayError("502 from the model gateway")
-        message = self.reply(messages)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def tool_call(name: str, **args: Any) -> AIMessage:
