@@ -20,7 +20,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
 from pydantic import PrivateAttr
 
-from tests.support.graphs import ScriptedChatModel
+from tests.support.graphs import Effects, ScriptedChatModel
 
 Reply = Callable[[Sequence[BaseMessage]], AIMessage]
 
@@ -73,28 +73,15 @@ def first_human(messages: Sequence[BaseMessage]) -> str:
     return next(str(m.content) for m in messages if m.type == "human")
 
 
-class Ledger:
-    """Refunds (and other effects) as a payment provider would book them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.rows: list[tuple[str, dict[str, Any]]] = []
-
-    def book(self, what: str, **args: Any) -> int:
-        with self._lock:
-            self.rows.append((what, args))
-            return len(self.rows)
-
-    def count(self, what: str | None = None) -> int:
-        with self._lock:
-            return sum(1 for w, _ in self.rows if what is None or w == what)
+#: The provider's books: every effect a tool performed, counted by name.
+Ledger = Effects
 
 
 def refund_tool(ledger: Ledger) -> BaseTool:
     @tool
     def issue_refund(invoice_id: str, amount: float) -> str:
         """Refund ``amount`` on ``invoice_id``."""
-        n = ledger.book("refund", invoice_id=invoice_id, amount=amount)
+        n = ledger.record("refund", invoice_id=invoice_id, amount=amount)
         return f"refund #{n}: {amount} on {invoice_id}"
 
     return issue_refund
@@ -104,7 +91,7 @@ def email_tool(ledger: Ledger) -> BaseTool:
     @tool
     def send_email(customer_id: str, subject: str) -> str:
         """E-mail a customer."""
-        ledger.book("email", customer_id=customer_id, subject=subject)
+        ledger.record("email", customer_id=customer_id, subject=subject)
         return f"e-mailed {customer_id}"
 
     return send_email
