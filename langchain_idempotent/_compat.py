@@ -44,6 +44,11 @@ LangGraph's position-matched resumes            the n-th ``interrupt()`` of a ta
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
                                                 (:class:`GraphMissingScopeError`)
+psycopg_pool's ``AsyncConnectionPool._pool``    the Postgres store closes an ending loop's
+(its deque of idle connections)                 idle connections itself, since ``close()``
+                                                cancelled with the loop stops before it
+                                                does (:func:`idle_connections`; imported
+                                                late, only then)
 ==============================================  ==============================================
 
 Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
@@ -79,6 +84,7 @@ __all__ = [
     "GraphMissingScopeError",
     "format_tool_output",
     "graph_state_messages",
+    "idle_connections",
     "injected_args_keys",
     "interrupt_counter",
     "loud",
@@ -317,3 +323,11 @@ def reads_graph_state(hint: Any) -> bool:
         if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
             return True
     return False
+
+
+# -- psycopg_pool -------------------------------------------------------------------------
+
+
+def idle_connections(pool: Any) -> list[Any]:
+    """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
+    return list(getattr(pool, "_pool", ()))

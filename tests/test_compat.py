@@ -342,3 +342,18 @@ def test_a_nested_graph_reads_the_outermost_graphs_messages_from_its_checkpoint(
     )
     [messages] = seen
     assert [m.id for m in messages] == ["u-1"], moved("configurable checkpointer / checkpoint_map")
+
+
+def test_psycopg_pool_keeps_its_idle_connections_where_the_postgres_store_reads_them() -> None:
+    pytest.importorskip("psycopg_pool")
+    from collections import deque
+
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool("postgresql://127.0.0.1:1/none", open=False)
+    idle = getattr(pool, "_pool", None)
+    assert isinstance(idle, deque), moved("psycopg_pool.AsyncConnectionPool._pool (idle deque)")
+    marker = object()
+    idle.append(marker)
+    assert _compat.idle_connections(pool) == [marker]
+    assert _compat.idle_connections(object()) == []  # moved: the store closes none itself

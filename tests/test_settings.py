@@ -243,3 +243,12 @@ def test_the_settings_docs_name_every_policy_variable() -> None:
 
     doc = settings.__doc__ or ""
     assert [n for n in env_fields() if f"``IDEMPOTENCY_{n.upper()}``" not in doc] == []
+
+
+def test_the_settings_and_store_from_url_name_every_scheme_the_parser_accepts() -> None:
+    import langchain_idempotent.settings as settings_module
+    from langchain_idempotent.stores._url import SCHEMES
+
+    for doc in (settings_module.__doc__ or "", settings_module.store_from_url.__doc__ or ""):
+        for scheme in SCHEMES:
+            assert f"``{scheme}:" in doc, scheme
