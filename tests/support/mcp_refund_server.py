@@ -4,6 +4,7 @@
         [--transport http --port N | --transport stdio] [--sdk]
         [--die-after effect|record --die-marker FILE] [--hold FILE]
         [--reconcile] [--on-busy wait|reject] [--lease S] [--require-key]
+        [--store-url REDIS_URL] [--events FILE]
 
 Without ``--store`` the server is plain (no McpIdempotency). ``refund`` inserts one row in
 ``ROWS.db`` (with the idempotency key the server's engine handed the tool, if any) and
@@ -63,6 +64,7 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--require-key", action="store_true")
     parser.add_argument("--store-url", help="a Redis URL for the idempotency store")
+    parser.add_argument("--events", help="append the engine's event kinds to this file")
     opts = parser.parse_args()
 
     from langchain_idempotent import get_idempotency_context
@@ -107,6 +109,9 @@ def main() -> None:
             store = SqliteIdempotencyStore(opts.store)
 
         def on_event(event: Any) -> None:
+            if opts.events:
+                with open(opts.events, "a") as log:
+                    log.write(event.kind + "\n")
             if opts.die_after == "record" and event.kind == "complete":
                 die_once(opts.die_marker)
 

@@ -23,8 +23,9 @@ from .processes import ServerProcess
 __all__ = ["SCRIPT", "RefundMcpServer", "Rows", "http_connection", "stdio_connection"]
 
 SCRIPT = str(Path(__file__).with_name("mcp_refund_server.py"))
-#: The timeout advice of docs/mcp.md: a call to a dead server fails instead of hanging.
-SESSION_KWARGS: dict[str, Any] = {"read_timeout_seconds": timedelta(seconds=60)}
+#: The timeout advice of docs/mcp.md: a call to a server that died mid-call fails after
+#: this instead of hanging (over streamable HTTP the client does not notice the death).
+SESSION_KWARGS: dict[str, Any] = {"read_timeout_seconds": timedelta(seconds=8)}
 
 
 class Rows:
