@@ -79,8 +79,9 @@ def check_via(via: object) -> Via:
 def check_prefix(prefix: object) -> str:
     """A valid, unreserved ``_meta`` prefix (``"com.example/"``), or a ``ValueError``.
 
-    MCP reserves every prefix whose labels contain ``modelcontextprotocol`` or ``mcp``
-    followed by another label (``io.modelcontextprotocol/``, ``dev.mcp.tools/``)."""
+    MCP reserves prefixes with a ``modelcontextprotocol`` or ``mcp`` label followed by
+    another (``modelcontextprotocol.io/``, ``tools.mcp.com/``) and uses
+    ``io.modelcontextprotocol/`` itself; any prefix with such a label is refused."""
     if not isinstance(prefix, str) or not prefix.endswith("/") or len(prefix) < 2:
         raise ValueError(
             f"the _meta prefix must be a reverse-DNS name ending in '/', like {META_PREFIX!r}; "
@@ -93,11 +94,11 @@ def check_prefix(prefix: object) -> str:
             f"the _meta prefix {prefix!r} has invalid label(s) {bad}: each label starts with "
             "a letter, ends with a letter or digit, and has only letters, digits and '-'"
         )
-    for i, label in enumerate(labels[:-1]):
+    for i, label in enumerate(labels):
         if label.lower() in _RESERVED_LABELS:
             raise ValueError(
-                f"the _meta prefix {prefix!r} is reserved by MCP (a label {labels[i]!r} "
-                f"followed by another); use your own reverse-DNS name, like {META_PREFIX!r}"
+                f"the _meta prefix {prefix!r} is reserved by MCP (its label {labels[i]!r}); "
+                f"use your own reverse-DNS name, like {META_PREFIX!r}"
             )
     return prefix
 

@@ -55,7 +55,9 @@ class Bank:
         return (await self.client().get_tools())[0]
 
     async def tool(self, store: Any = None, **policy: Any) -> BaseTool:
-        return idempotent(await self.raw_tool(), store=store or InMemoryIdempotencyStore(), **policy)
+        return idempotent(
+            await self.raw_tool(), store=store or InMemoryIdempotencyStore(), **policy
+        )
 
     def event_kinds(self) -> list[str]:
         return self.events.read_text().split() if self.events.exists() else []

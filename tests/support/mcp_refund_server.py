@@ -8,7 +8,8 @@
 
 Without ``--store`` the server is plain (no McpIdempotency). ``refund`` inserts one row in
 ``ROWS.db`` (with the idempotency key the server's engine handed the tool, if any) and
-returns ``{"refund_id", "order_id", "amount"}`` as structured content.
+returns ``{"refund_id", "order_id", "amount"}`` as structured content (a non-positive
+amount is an error, nothing inserted: an ``isError`` result).
 
 Faults: ``--die-after effect`` SIGKILLs the server right after the row commits (before a
 record or a reply); ``--die-after record`` right after the result is recorded (plain:
@@ -73,6 +74,8 @@ def main() -> None:
 
     async def refund(order_id: str, amount: float) -> dict[str, Any]:
         """Refund `amount` on order `order_id`."""
+        if amount <= 0:
+            raise ValueError(f"refund amount must be positive, got {amount}")
         ctx = get_idempotency_context()
         cur = rows.execute(
             "INSERT INTO refunds (order_id, amount, idem_key) VALUES (?, ?, ?)",

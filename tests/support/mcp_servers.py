@@ -26,6 +26,9 @@ SCRIPT = str(Path(__file__).with_name("mcp_refund_server.py"))
 #: The timeout advice of docs/mcp.md: a call to a server that died mid-call fails after
 #: this instead of hanging (over streamable HTTP the client does not notice the death).
 SESSION_KWARGS: dict[str, Any] = {"read_timeout_seconds": timedelta(seconds=8)}
+#: Over stdio a dead server is noticed at once (end of its stdout); the timeout only has
+#: to outlast a slow start (it bounds ``initialize`` too).
+STDIO_SESSION_KWARGS: dict[str, Any] = {"read_timeout_seconds": timedelta(seconds=120)}
 
 
 class Rows:
@@ -110,5 +113,5 @@ def stdio_connection(args: list[str]) -> dict[str, Any]:
         "command": sys.executable,
         "args": [SCRIPT, "--transport", "stdio", *args],
         "env": dict(os.environ),
-        "session_kwargs": SESSION_KWARGS,
+        "session_kwargs": STDIO_SESSION_KWARGS,
     }
