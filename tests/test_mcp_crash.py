@@ -46,7 +46,7 @@ async def test_a_reply_lost_after_the_commit_is_paid_once_when_the_server_dedupe
     with bank(tmp_path, transport, ours=ours, args=args) as the_bank:
         tool = await the_bank.tool()
         with idempotency_scope("ticket-1"):
-            with pytest.raises(Exception) as lost:  # noqa: PT011 - whatever the transport says
+            with pytest.raises(Exception) as lost:
                 await tool.ainvoke(REFUND)
             answer = await retried(lambda: tool.ainvoke(REFUND))
         assert (tmp_path / "died").exists(), lost.value
@@ -135,7 +135,7 @@ async def test_a_server_killed_after_its_effect_is_reconciled_instead_of_paid_tw
     with bank(tmp_path, transport, ours=ours, args=args) as the_bank:
         tool = await the_bank.tool()
         with idempotency_scope("ticket-4"):
-            with pytest.raises(Exception):  # noqa: PT011, B017
+            with pytest.raises(Exception):  # noqa: B017
                 await tool.ainvoke(REFUND)
             await retried(lambda: tool.ainvoke(REFUND))
         assert (tmp_path / "died").exists()

@@ -210,7 +210,7 @@ async def test_params_is_refused_when_the_server_does_not_advertise_it(
     tool = idempotent(raw, store=InMemoryIdempotencyStore())
     with (
         idempotency_scope("ticket-params"),
-        pytest.raises(ValueError, match="does not advertise capabilities.tools.idempotency"),
+        pytest.raises(ValueError, match=r"does not advertise capabilities\.tools\.idempotency"),
     ):
         await tool.ainvoke({"order_id": "params", "amount": 1})
     assert bank.rows.count("params") == 0

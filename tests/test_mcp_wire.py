@@ -25,7 +25,7 @@ def test_an_unknown_via_is_refused() -> None:
 
 def test_header_is_refused_where_a_transport_would_drop_it() -> None:
     client = MultiServerMCPClient({"web": HTTP, "bank": STDIO})  # type: ignore[dict-item]
-    with pytest.raises(ValueError, match="cannot reach MCP server 'bank'.*'stdio'.*via='meta'"):
+    with pytest.raises(ValueError, match=r"cannot reach MCP server 'bank'.*'stdio'.*via='meta'"):
         IdempotencyKeyInterceptor(client, via="header")
     IdempotencyKeyInterceptor(MultiServerMCPClient({"web": HTTP}), via="header")  # type: ignore[dict-item]
 
@@ -36,7 +36,7 @@ async def test_header_is_refused_on_a_live_session() -> None:
 
     send, receive = anyio.create_memory_object_stream[object](1)
     session = ClientSession(receive, send)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="live ClientSession.*dropped silently"):
+    with pytest.raises(ValueError, match=r"live ClientSession.*dropped silently"):
         IdempotencyKeyInterceptor(session, via="header")
     IdempotencyKeyInterceptor(session)  # meta works on a live session
     send.close()
