@@ -39,7 +39,7 @@ def refunds_answered(messages: list[Any]) -> list[Any]:
     return [m for m in messages if m.type == "tool"]
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("transport", ["http", pytest.param("stdio", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("ours", "rows"), [(False, 2), (True, 1)], ids=["plain", "ours"])
 async def test_a_tool_node_retry_after_a_lost_reply_refunds_once(
     tmp_path: Path, transport: str, ours: bool, rows: int

@@ -26,7 +26,8 @@ from langchain_idempotent import (
 )
 from tests.support.mcp_bank import bank, retried, wait_for
 
-TRANSPORTS = ["http", "stdio"]
+#: stdio spawns a server process per session (seconds each on a busy machine): slow.
+TRANSPORTS = ["http", pytest.param("stdio", marks=pytest.mark.slow)]
 REFUND = {"order_id": "A-1", "amount": 140}
 
 
