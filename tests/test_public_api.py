@@ -114,6 +114,11 @@ FOREIGN_MODULES = [
     "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
+    "langchain_idempotent.mcp",
+    # the MCP SDK (docs/mcp.md)
+    "mcp",
+    "mcp.types",
+    "mcp.server.fastmcp",
 ]
 
 
