@@ -59,9 +59,9 @@ from .canonical import CANONICAL_VERSION, canonical_json, json_arguments
 from .context import current_scope
 from .errors import InvalidArgumentsError, MissingScopeError
 
-#: ``(namespace, custom key)`` → the ``(agent, calling call)`` that first used it, to warn
-#: when a key function merges two agents (bounded; per process).
-_seen_keys: dict[tuple[str, str], tuple[str, str]] = {}
+#: ``(namespace, custom key)`` → the agent name that first used it, to warn when a key
+#: function merges two agents (bounded; per process).
+_seen_keys: dict[tuple[str, str], str] = {}
 _seen_lock = threading.Lock()
 _SEEN_LIMIT = 10_000
 
@@ -412,25 +412,25 @@ def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
 
 def _check_key_function(info: CallInfo, user_key: str) -> None:
     """Warn when a key function gives two agents one key although the library tells them
-    apart (their agent name or calling call differ): one agent's effect would be replayed
-    to the other."""
-    who = (info.agent_name or "", info.parent_call or "")
+    apart by name: one agent's effect would be replayed to the other. (Two calls of one
+    agent sharing a business key, from different calling calls, are what such a key is
+    for: no warning.)"""
+    agent = info.agent_name or ""
     with _seen_lock:
-        first = _seen_keys.setdefault((info.namespace, user_key), who)
+        first = _seen_keys.setdefault((info.namespace, user_key), agent)
         if len(_seen_keys) > _SEEN_LIMIT:
             _seen_keys.pop(next(iter(_seen_keys)))
-    if first == who:
+    if first == agent:
         return
 
-    def name(agent: str, parent: str) -> str:
-        label = repr(agent) if agent else "an unnamed agent"
-        return f"{label} (called by {parent[:12]}…)" if parent else label
+    def name(agent: str) -> str:
+        return repr(agent) if agent else "an unnamed agent"
 
     warnings.warn(
         f"the key function for tool {info.tool!r} gave the same key {user_key!r} to two "
-        f"agents the library tells apart: {name(*first)} and {name(*who)}; one agent's "
-        "effect will be replayed to the other. Put call.agent_name and call.parent_call "
-        "into the key if they are different effects.",
+        f"agents the library tells apart: {name(first)} and {name(agent)}; one agent's "
+        "effect will be replayed to the other. Put call.agent_name into the key if they "
+        "are different effects.",
         AgentCollisionWarning,
         stacklevel=2,
     )

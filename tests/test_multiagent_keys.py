@@ -9,6 +9,7 @@ Every test that shows a duplicate prevented runs unprotected too and shows the d
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from typing import Any
 
@@ -218,14 +219,21 @@ def test_two_named_sub_agents_sending_the_same_e_mail_each_send_their_own() -> N
     assert ledger.count("email") == 2
 
 
-def test_two_unnamed_sub_agents_called_from_wrapped_tools_are_told_apart_by_their_caller() -> None:
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_two_unnamed_sub_agents_called_from_wrapped_tools_are_told_apart_by_their_caller(
+    run: str,
+) -> None:
     ledger, store = Ledger(), InMemoryIdempotencyStore()
     send = idempotent(email_tool(ledger), store)
     tools = idempotent(asking_tools(emailing_agent(send, None), emailing_agent(send, None)), store)
     graph = tool_graph(
         ScriptedChatModel(then=both_agents_step), tools, checkpointer=InMemorySaver()
     )
-    graph.invoke({"messages": [HumanMessage("tell the customer")]}, thread("two-unnamed"))
+    request = {"messages": [HumanMessage("tell the customer")]}
+    if run == "async":
+        asyncio.run(graph.ainvoke(request, thread("two-unnamed")))
+    else:
+        graph.invoke(request, thread("two-unnamed"))
     assert ledger.count("email") == 2
     emails = [r for r in store.list(thread_id="two-unnamed") if r.meta["tool"] == "send_email"]
     callers = {r.meta["parent_call"] for r in store.list(thread_id="two-unnamed")} - {""}

@@ -8,6 +8,7 @@ message list) and a tool invoked with ``{..., "tool_call_id": "direct"}``.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 import pytest
@@ -57,15 +58,22 @@ def _status_tool(form: str, effects: Effects) -> Any:
     return set_status
 
 
+@pytest.mark.parametrize("run", ["sync", "async"])
 @pytest.mark.parametrize("form", ["dict", "pairs", "list"])
 def test_a_replayed_command_re_stamps_only_the_answer_to_the_stored_call(
-    store: InMemoryIdempotencyStore, form: str
+    store: InMemoryIdempotencyStore, form: str, run: str
 ) -> None:
     effects = Effects()
     wrapped = idempotent(_status_tool(form, effects), store)
+
+    def invoke(call_id: str) -> Any:
+        request = call("set_status", {"status": "closed"}, call_id)
+        if run == "async":
+            return asyncio.run(wrapped.ainvoke(request))
+        return wrapped.invoke(request)
+
     with idempotency_scope("s"):
-        first = wrapped.invoke(call("set_status", {"status": "closed"}, "a"))
-        again = wrapped.invoke(call("set_status", {"status": "closed"}, "b"))
+        first, again = invoke("a"), invoke("b")
     assert effects.count() == 1
     for result, current in ((first, "a"), (again, "b")):
         assert isinstance(result, Command)
