@@ -8,6 +8,7 @@ The failover scenarios (a partitioned replica promoted) are in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from langchain_idempotent.errors import StoreUnavailableError
 from langchain_idempotent.events import IdempotencyEvent
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
+from langchain_idempotent.stores.base import ClaimRequest
 from tests.support.redis_servers import RedisServer, wait_replicating
 
 pytestmark = pytest.mark.redis
@@ -272,3 +274,44 @@ def test_replicas_on_a_cluster_are_refused_at_construction() -> None:
     cluster_client: Any = redis.RedisCluster.__new__(redis.RedisCluster)
     with pytest.raises(ValueError, match="not supported on a Redis Cluster"):
         RedisIdempotencyStore(cluster_client, replicas=1)
+
+
+# -- batched claims --------------------------------------------------------------------------
+
+
+def _batch(*keys: str) -> list[ClaimRequest]:
+    return [ClaimRequest(k, f"owner-{k}", "fp", LEASE_MS, TTL_MS) for k in keys]
+
+
+def test_a_batched_claim_waits_for_the_replicas_once(
+    replicated: tuple[RedisServer, RedisServer], prefix: str
+) -> None:
+    primary, _ = replicated
+    store = store_on(primary, prefix, replicas=1, replica_timeout=2.0)
+    before = waits(primary)
+    claims = store.claim_many(_batch("a", "b", "c"))
+    assert [c.outcome for c in claims] == [ClaimOutcome.ACQUIRED] * 3
+    assert waits(primary) == before + 1  # one WAIT behind the three scripts
+    store.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_an_unacknowledged_batched_claim_releases_every_lease_it_took_and_is_refused(
+    alone: RedisServer, prefix: str, face: str
+) -> None:
+    writer = store_on(alone, prefix)
+    done = claim(writer, "done")
+    complete(writer, "done", done.fence)
+    store = store_on(alone, prefix, replicas=1, replica_timeout=0.05)
+    requests = _batch("x", "y", "done")
+    with pytest.raises(StoreUnavailableError, match="replica"):
+        if face == "sync":
+            store.claim_many(requests)
+        else:
+            asyncio.run(store.aclaim_many(requests))
+    for key in ("x", "y"):
+        record = store.get(key)
+        assert record is not None and record.state is State.FREE  # nobody holds a lease
+    assert store.get("done").state is State.COMPLETED  # type: ignore[union-attr]
+    writer.close()
+    store.close()

@@ -42,10 +42,11 @@ from __future__ import annotations
 
 import codecs
 import copy
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.connection import ConnectionPool
@@ -53,7 +54,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._scripts import _Script
+from ._scripts import _batch_steps, _Script
+
+_T = TypeVar("_T")
 
 _hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
 try:
@@ -145,27 +148,36 @@ class _HeldConnections:
     def evalsha(
         self, script: _Script, rkey: str, args: Sequence[Any], wait: tuple[Any, ...] | None
     ) -> tuple[Any, int | None]:
+        return self._on_held(lambda held: _roundtrip(held, script, rkey, args, wait))
+
+    def evalsha_many(
+        self, script: _Script, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
+    ) -> tuple[list[Any], int | None]:
+        """A batch of ``script`` calls (:func:`._scripts._batch_steps`): each pipeline's
+        commands written at once on a held connection, their replies read in order."""
+        steps = _batch_steps(script, calls, wait)
+        commands = next(steps)
+        while True:
+            answers = self._on_held(functools.partial(_pipelined, commands=commands))
+            try:
+                commands = steps.send(answers)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+    def _on_held(self, op: Callable[[_Held], _T]) -> _T:
         held = self._take()
         try:
-            answer = _roundtrip(held, script, rkey, args, wait)
+            answer = op(held)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             self._disconnect_idle()
-            answer = self._retry(held, script, rkey, args, wait, exc)
+            answer = self._retry(held, op, exc)
         except BaseException:
             self._put_back(held)  # a reply error, or interrupted (then disconnected)
             raise
         self._put_back(held)
         return answer
 
-    def _retry(
-        self,
-        held: _Held,
-        script: _Script,
-        rkey: str,
-        args: Sequence[Any],
-        wait: tuple[Any, ...] | None,
-        first: Exception,
-    ) -> tuple[Any, int | None]:
+    def _retry(self, held: _Held, op: Callable[[_Held], _T], first: Exception) -> _T:
         """The client's ``Retry`` for the attempts left after the first one failed (none
         for clients built by ``from_url``: the store retries whole operations)."""
         conn = held.conn
@@ -176,9 +188,7 @@ class _HeldConnections:
             if left == 0:
                 raise first
             retry.update_retries(left - 1 if left > 0 else left)
-            answer: tuple[Any, int | None] = retry.call_with_retry(
-                lambda: _roundtrip(held, script, rkey, args, wait), lambda _err: conn.disconnect()
-            )
+            answer: _T = retry.call_with_retry(lambda: op(held), lambda _err: conn.disconnect())
             return answer
         except BaseException:
             self._drop(held)
@@ -216,6 +226,29 @@ def _roundtrip(
         raise  # every reply was read (or the connection already dropped): still in step
     except BaseException:
         conn.disconnect()  # interrupted between send and read: the reply would be misread
+        raise
+
+
+def _pipelined(held: _Held, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """``commands`` written at once; their raw replies in order, an error reply as its
+    exception (as a redis-py pipeline with ``raise_on_error=False`` gives them)."""
+    conn, pack = held.conn, held.pack
+    try:
+        if pack is not None:
+            conn.send_packed_command([pack(c) for c in commands])
+        else:
+            conn.send_packed_command(conn.pack_commands(commands))
+        answers: list[Any] = []
+        for _ in commands:
+            try:
+                answers.append(conn.read_response(disable_decoding=True))
+            except ResponseError as exc:
+                answers.append(exc)
+        return answers
+    except RedisError:
+        raise  # a connection error: redis-py dropped the connection, nothing half-read
+    except BaseException:
+        conn.disconnect()  # interrupted between send and read: the replies would be misread
         raise
 
 
