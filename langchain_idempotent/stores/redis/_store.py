@@ -112,6 +112,7 @@ from ._scripts import (
     _CLAIM_SCRIPT,
     _COMPLETE_SCRIPT,
     _DELETE_SCRIPT,
+    _MARK_EFFECT_SCRIPT,
     _PROBE_SCRIPT,
     _RAW,
     _RELEASE_SCRIPT,
@@ -131,7 +132,9 @@ from ._scripts import (
 __all__ = ["RedisIdempotencyStore"]
 
 #: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
-_WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
+_WRITTEN = frozenset(
+    {ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.RETRY, ClaimOutcome.OWNED}
+)
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -341,8 +344,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
         reply, acks = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim = _to_claim(reply, key)
@@ -362,8 +366,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
         reply, acks = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim = _to_claim(reply, key)
@@ -434,6 +439,20 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
         return bool(await self._aeval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        args, wait = (owner, fence, _VERSION), self._durability.wait
+        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
+        if self._durability.short(acks) and reply == 1:
+            raise self._durability.error("side-effect mark", key, acks)
+        return bool(reply)
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        args, wait = (owner, fence, _VERSION), self._durability.wait
+        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
+        if self._durability.short(acks) and reply == 1:
+            raise self._durability.error("side-effect mark", key, acks)
+        return bool(reply)
 
     def get(self, key: str) -> Record | None:
         try:
