@@ -51,7 +51,7 @@ from typing import Any, Generic, TypeVar
 
 from . import _transactional
 from ._reconciling import HookAnswer, aask, ask
-from .context import IdempotencyContext, _current
+from .context import IdempotencyContext, _Boundary, _current
 from .errors import (
     IdempotencyError,
     InProgressError,
@@ -134,6 +134,9 @@ _Step = (
     _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
 ) | _ReconcileStep
 _CLAIM = _ClaimStep()
+#: The claim's ``boundary`` argument, passed only when set (a store written before the
+#: side-effect mark still serves every tool that does not mark one).
+_BOUNDARY: dict[bool, dict[str, bool]] = {False: {}, True: {"boundary": True}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,8 +316,12 @@ class Engine:
             attempt=claim.attempt,
             takeover=claim.outcome is ClaimOutcome.TAKEOVER,
             owner=call.owner,
+            _boundary=_Boundary(declared=self.policy.boundary, tool=call.tool),
         )
-        self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
+        if claim.outcome is ClaimOutcome.RETRY:  # the previous attempt never reached its effect
+            self._emit(call, "free_retry", ctx.fence, ctx.attempt, {"reason": claim.reason})
+        else:
+            self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
         if ctx.takeover and call.reconcile is not None:
             try:
                 found = yield from self._ask(call, claim, claim.attempt - 1)
@@ -420,6 +427,7 @@ class Engine:
             args=call.args,
             thread_id=call.thread_id,
             reason=claim.reason or "lease_expired",
+            entered=True if claim.entered else None,
         )
         answer: HookAnswer = yield _ReconcileStep(call.reconcile, question)
         took = {"duration_ms": round(answer.duration_ms, 3), "reason": question.reason}
@@ -601,6 +609,7 @@ class Engine:
             "ttl_ms": policy.ttl_ms,
             "on_expired": policy.on_expired,
             "meta": call.meta,
+            **_BOUNDARY[policy.boundary],
         }
 
     def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
@@ -624,6 +633,9 @@ class Engine:
                 txn, ctx = _transactional.begin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
+        if ctx.protected:
+            fence, store = ctx.fence, self.store
+            ctx._boundary.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -719,6 +731,10 @@ class Engine:
                 txn, ctx = await _transactional.abegin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
+        if ctx.protected:
+            fence, store, gate = ctx.fence, self.store, ctx._boundary
+            gate.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
+            gate.amark = lambda: store.amark_effect(call.key, owner=call.owner, fence=fence)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))

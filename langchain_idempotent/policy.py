@@ -76,6 +76,11 @@ class Policy:
     #: function or a dict per tool name): the result if the effect happened, else ``None``
     #: (:mod:`langchain_idempotent.reconcile`).
     reconcile: ReconcileOption | None = field(default=None, metadata=_CODE_ONLY)
+    #: The tool marks its external call with ``get_idempotency_context().side_effect()``:
+    #: each claim records that the attempt has not reached it yet, so a takeover of an
+    #: attempt that never entered the block is a clean retry (no ``reconcile``, never
+    #: outcome unknown). One store write more per run, when the block is entered.
+    boundary: bool = False
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -114,6 +119,8 @@ class Policy:
             )
         if not isinstance(self.transactional, bool):
             raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
+        if not isinstance(self.boundary, bool):
+            raise ValueError(f"boundary must be True or False, got {self.boundary!r}")
         check_setting(self.approval)
         check_reconcile(self.reconcile)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
@@ -188,6 +195,7 @@ class PolicyOptions(TypedDict, total=False):
     transactional: bool
     approval: ApprovalSetting
     reconcile: ReconcileOption | None
+    boundary: bool
 
 
 def option_names() -> tuple[str, ...]:
