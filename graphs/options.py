@@ -40,6 +40,9 @@ class BatchOptions:
     - ``timeout``: abort a mode after this many seconds.
     - ``rates``: the fault rates (:class:`~graphs.faults.FaultRates`).
     - ``progress``: show a progress bar; ``verbose``: log idempotency events.
+    - ``boundary`` [``--no-boundary`` turns it off]: the idempotent mode marks the
+      provider's POSTs with ``side_effect()``, so a worker killed before its POST is a free
+      retry instead of an uncertain takeover.
     """
 
     tickets: int = 1400
@@ -60,6 +63,7 @@ class BatchOptions:
     rates: FaultRates = field(default_factory=FaultRates)
     progress: bool = True
     verbose: bool = False
+    boundary: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.modes, str):

@@ -75,6 +75,7 @@ def build_refund_agent(
     after_refund_committed: Callable[[], None] | None = None,
     on_refund_resent: Callable[[], None] | None = None,
     on_llm_call: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
 ) -> RefundAgent:
     """Compile the refund agent.
 
@@ -89,15 +90,21 @@ def build_refund_agent(
       ``reconcile`` — e.g. :func:`~graphs.tools.make_reconcilers` — ...).
     - ``protect``: another wrapper for the effectful tools (the reference baseline);
       only used when ``store`` is ``None``.
-    - ``after_refund_committed``, ``on_refund_resent``, ``on_llm_call``: hooks for fault
-      injection and counting (see :func:`~graphs.tools.make_tools`).
+    - ``after_refund_committed``, ``before_refund``, ``on_refund_resent``, ``on_llm_call``:
+      hooks for fault injection and counting (see :func:`~graphs.tools.make_tools`).
+      With ``idempotency={"boundary": True, ...}`` the tools mark their POSTs with
+      ``side_effect()``.
     """
     if http is None:
         if provider_url is None:
             raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
         http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
     lookup_invoice, issue_refund, notify_customer = make_tools(
-        http, after_refund_committed=after_refund_committed, on_refund_resent=on_refund_resent
+        http,
+        after_refund_committed=after_refund_committed,
+        on_refund_resent=on_refund_resent,
+        before_refund=before_refund,
+        mark_effects=store is not None and bool((idempotency or {}).get("boundary")),
     )
     effectful: list[BaseTool] = [issue_refund, notify_customer]
     if store is not None:
