@@ -218,6 +218,17 @@ def get_idempotency_context() -> IdempotencyContext | None:
 _passthrough: ContextVar[str | None] = ContextVar("langchain_idempotent_read_tool", default=None)
 
 
+@contextmanager
+def passthrough(tool: str) -> Iterator[None]:
+    """While an ``effect="read"`` tool runs straight through (for :func:`side_effect`'s
+    error)."""
+    token = _passthrough.set(tool)
+    try:
+        yield
+    finally:
+        _passthrough.reset(token)
+
+
 def side_effect() -> SideEffect:
     """``get_idempotency_context().side_effect()``, with a clear error outside an
     idempotent call (or in an ``effect="read"`` tool, which has no record to mark)."""

@@ -206,9 +206,31 @@ class Engine:
         self._counter = EventCounter()
         self._renew_every = self.policy.lease_s * self.policy.renew_fraction
 
+        self._tools: dict[str, Engine] = {}
+
     def stats(self) -> dict[str, int]:
         """Events so far, by kind (``{"claim": 3, "replay": 2, ...}``)."""
         return self._counter.snapshot()
+
+    def for_tool(self, tool: str) -> Engine:
+        """The engine for one tool: this one, or (when the policy gives the tool an effect
+        class, :meth:`Policy.for_tool`) a sibling on the same store, serializer, hooks and
+        counters with that tool's policy."""
+        policy = self.policy.for_tool(tool)
+        if policy is self.policy:
+            return self
+        sibling = self._tools.get(tool)
+        if sibling is None:
+            sibling = Engine(
+                self.store,
+                policy,
+                serializer=self.serializer,
+                on_event=self.on_event,
+                never_terminal=self.never_terminal,
+            )
+            sibling._counter = self._counter
+            self._tools[tool] = sibling
+        return sibling
 
     # -- the flow (no store I/O) --------------------------------------------------------------
 

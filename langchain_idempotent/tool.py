@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
 from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
+from .context import passthrough
 from .engine import Engine
 from .events import EventHook
 from .keys import model_schema
@@ -162,6 +163,9 @@ class IdempotentTool(BaseTool):
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.policy.effect_class == "read":  # straight through: no key, no store
+            with passthrough(self.name):
+                return self.inner.invoke(input, config, **kwargs)
         config = ensure_config(config)
         pending = self._derive(input, config)
         if pending is not None:
@@ -176,6 +180,9 @@ class IdempotentTool(BaseTool):
             _pending.reset(token)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.policy.effect_class == "read":
+            with passthrough(self.name):
+                return await self.inner.ainvoke(input, config, **kwargs)
         config = ensure_config(config)
         pending = self._derive(input, config)
         if pending is not None:
@@ -337,7 +344,7 @@ def idempotent(
             if not callable(t):
                 raise TypeError(f"idempotent() wraps tools or functions, got {t!r}")
             t = as_tool(t)
-        return IdempotentTool(t, engine=engine)
+        return IdempotentTool(t, engine=engine.for_tool(t.name))
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools)  # type: ignore[arg-type]
