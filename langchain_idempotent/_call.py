@@ -24,9 +24,9 @@ from langchain_core.messages import ToolMessage
 from langchain_core.messages.tool import ToolOutputMixin
 from pydantic import ValidationError
 
-from . import _asking
+from . import _asking, _batch
 from . import approval as _approval
-from ._compat import NEVER_TERMINAL, loud
+from ._compat import NEVER_TERMINAL, graph_state_messages, loud
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
@@ -83,6 +83,8 @@ class PendingCall:
     #: model-visible schema (to validate a reviewer's edit).
     info: CallInfo | None = None
     schema: Any = None
+    #: How many identical calls precede this one in its batch (``identical_calls``).
+    duplicate: int = 0
 
     @property
     def args(self) -> Mapping[str, Any]:
@@ -123,7 +125,14 @@ class PendingCall:
             return None
         except MissingScopeError as exc:
             raise loud(exc) from None
-        return cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
+        k = 0
+        if policy.identical_calls != "share" and tool_call_id is not None:
+            k = _batch.position(graph_state_messages(config), tool_call_id, tool, args)
+            if k and policy.identical_calls == "run":
+                derived = _batch.separate(derived, k)
+        pending = cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
+        pending.duplicate = k
+        return pending
 
     def observe(self, event: IdempotencyEvent) -> None:
         if event.kind in ("replay", "stale_completion") or (
@@ -135,6 +144,8 @@ class PendingCall:
 
     def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
         """Run ``action`` once for this call's key; dispatch events against ``config``."""
+        if self.duplicate and engine.policy.identical_calls == "reject":
+            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         try:
             result = engine.run(
                 self.derived.key,
@@ -157,6 +168,8 @@ class PendingCall:
         self, engine: Engine, action: Callable[[], Awaitable[Any]], config: RunnableConfig
     ) -> Any:
         """The async twin of :meth:`run`."""
+        if self.duplicate and engine.policy.identical_calls == "reject":
+            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         try:
             result = await engine.arun(
                 self.derived.key,

@@ -96,6 +96,10 @@ class Policy:
     effect: EffectClass | Mapping[str, EffectClass] | None = field(
         default=None, metadata=_CODE_ONLY
     )
+    #: Identical calls in one ``AIMessage`` (same tool, same arguments): ``"share"`` one
+    #: effect (default), ``"run"`` each once (a key per position), ``"reject"`` all but
+    #: the first (an error ``ToolMessage``).
+    identical_calls: Literal["share", "run", "reject"] = "share"
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -139,6 +143,10 @@ class Policy:
         if not isinstance(self.boundary, bool):
             raise ValueError(f"boundary must be True or False, got {self.boundary!r}")
         _check_effect(self.effect)
+        if self.identical_calls not in ("share", "run", "reject"):
+            raise ValueError(
+                f"identical_calls must be 'share', 'run' or 'reject', got {self.identical_calls!r}"
+            )
         if self.effect == "read" and self.boundary:
             raise ValueError(
                 "effect='read' has no side effect to mark: drop boundary=True, or declare "
@@ -265,6 +273,7 @@ class PolicyOptions(TypedDict, total=False):
     reconcile: ReconcileOption | None
     boundary: bool
     effect: EffectClass | Mapping[str, EffectClass] | None
+    identical_calls: Literal["share", "run", "reject"]
 
 
 def _check_effect(effect: object) -> None:
