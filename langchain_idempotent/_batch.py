@@ -49,9 +49,11 @@ def _same(a: Any, b: Any) -> bool:
     return isinstance(a, Mapping) and isinstance(b, Mapping) and dict(a) == dict(b)
 
 
-def separate(derived: DerivedKey, k: int) -> DerivedKey:
-    """The k-th identical call's own key (``identical_calls="run"``)."""
-    digest = hashlib.sha256(f"{derived.key}\x00identical\x00{k}".encode()).hexdigest()
+def separate(derived: DerivedKey, part: str) -> DerivedKey:
+    """A key of its own for a call the shared key must not cover: the k-th identical call
+    (``identical_calls="run"``, part ``identical:<k>``) or a call on a time-travel branch
+    (``on_fork="run"``, part ``fork:<checkpoint id>``). Fingerprint and meta are kept."""
+    digest = hashlib.sha256(f"{derived.key}\x00{part}".encode()).hexdigest()
     return replace(derived, key=digest)
 
 

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from . import _asking, _batch
 from . import approval as _approval
-from ._compat import NEVER_TERMINAL, graph_state_messages, loud
+from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
@@ -129,7 +129,10 @@ class PendingCall:
         if policy.identical_calls != "share" and tool_call_id is not None:
             k = _batch.position(graph_state_messages(config), tool_call_id, tool, args)
             if k and policy.identical_calls == "run":
-                derived = _batch.separate(derived, k)
+                derived = _batch.separate(derived, f"identical:{k}")
+        branch = forked_from(config) if policy.on_fork == "run" else None
+        if branch is not None:  # a time-travel branch: its calls are new effects
+            derived = _batch.separate(derived, f"fork:{branch}")
         pending = cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
         pending.duplicate = k
         return pending

@@ -24,6 +24,10 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
+LangGraph's ``__pregel_checkpointer`` and       under ``on_fork="run"``: the checkpoint a
+``checkpoint_map`` in ``configurable``          task runs from, and its metadata's ``source``
+                                                (``"fork"`` / ``"update"``: a time-travel
+                                                branch) (:func:`forked_from`)
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
@@ -60,6 +64,7 @@ __all__ = [
     "PREGEL_READ",
     "DirectCall",
     "GraphMissingScopeError",
+    "forked_from",
     "format_tool_output",
     "graph_state_messages",
     "injected_args_keys",
@@ -73,6 +78,11 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
+#: LangGraph's internal ``configurable`` key holding the graph's checkpointer.
+PREGEL_CHECKPOINTER = "__pregel_checkpointer"
+#: The checkpoint sources LangGraph writes at the start of a time-travel branch: a
+#: ``update_state`` (``"update"``) or a run resumed from an earlier checkpoint (``"fork"``).
+FORK_SOURCES = ("fork", "update")
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -95,6 +105,29 @@ def loud(error: MissingScopeError) -> MissingScopeError:
 
 
 # -- the graph state ------------------------------------------------------------------------
+
+
+def forked_from(config: RunnableConfig) -> str | None:
+    """The id of the checkpoint this task runs from when it starts a time-travel branch
+    (its metadata's ``source`` is ``"fork"`` or ``"update"``), else ``None`` (also outside
+    a graph or without a checkpointer). One checkpointer read."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    checkpoint_id = (configurable.get("checkpoint_map") or {}).get("")
+    thread_id = configurable.get("thread_id")
+    if saver is None or not checkpoint_id or thread_id is None:
+        return None
+    at = {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+    saved = saver.get_tuple(at)
+    if saved is None or (saved.metadata or {}).get("source") not in FORK_SOURCES:
+        return None
+    return str(checkpoint_id)
 
 
 def graph_state_messages(config: RunnableConfig) -> Any:

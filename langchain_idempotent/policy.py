@@ -100,6 +100,10 @@ class Policy:
     #: effect (default), ``"run"`` each once (a key per position), ``"reject"`` all but
     #: the first (an error ``ToolMessage``).
     identical_calls: Literal["share", "run", "reject"] = "share"
+    #: Time travel (a branch LangGraph started with ``update_state`` or by resuming from an
+    #: earlier checkpoint): ``"replay"`` its calls' stored results (default), or ``"run"``
+    #: them as new effects (one key per branch; one checkpointer read per call).
+    on_fork: Literal["replay", "run"] = "replay"
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -143,6 +147,8 @@ class Policy:
         if not isinstance(self.boundary, bool):
             raise ValueError(f"boundary must be True or False, got {self.boundary!r}")
         _check_effect(self.effect)
+        if self.on_fork not in ("replay", "run"):
+            raise ValueError(f"on_fork must be 'replay' or 'run', got {self.on_fork!r}")
         if self.identical_calls not in ("share", "run", "reject"):
             raise ValueError(
                 f"identical_calls must be 'share', 'run' or 'reject', got {self.identical_calls!r}"
@@ -274,6 +280,7 @@ class PolicyOptions(TypedDict, total=False):
     boundary: bool
     effect: EffectClass | Mapping[str, EffectClass] | None
     identical_calls: Literal["share", "run", "reject"]
+    on_fork: Literal["replay", "run"]
 
 
 def _check_effect(effect: object) -> None:
