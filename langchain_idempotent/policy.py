@@ -99,11 +99,11 @@ class Policy:
     #: Identical calls in one ``AIMessage`` (same tool, same arguments): ``"share"`` one
     #: effect (default), ``"run"`` each once (a key per position), ``"reject"`` all but
     #: the first (an error ``ToolMessage``).
-    identical_calls: Literal["share", "run", "reject"] = "share"
+    identical_calls: Literal["share", "run", "reject"] = field(default="share", metadata=_CODE_ONLY)
     #: Time travel (a branch LangGraph started with ``update_state`` or by resuming from an
     #: earlier checkpoint): ``"replay"`` its calls' stored results (default), or ``"run"``
     #: them as new effects (one key per branch; one checkpointer read per call).
-    on_fork: Literal["replay", "run"] = "replay"
+    on_fork: Literal["replay", "run"] = field(default="replay", metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)

@@ -127,6 +127,8 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "reconcile",
         "effect",
         "boundary",
+        "identical_calls",
+        "on_fork",
     }
     assert set(option_names()) - set(env_fields()) == code_only
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}
