@@ -51,6 +51,20 @@ from typing import Any, Generic, TypeVar
 
 from . import _transactional
 from ._reconciling import HookAnswer, aask, ask
+from ._steps import (
+    _BOUNDARY,
+    _CLAIM,
+    _AbandonStep,
+    _Answer,
+    _Call,
+    _CompleteStep,
+    _Outcome,
+    _ReconcileStep,
+    _ReleaseStep,
+    _RunStep,
+    _Step,
+    _WatchStep,
+)
 from .context import IdempotencyContext, _Boundary, _current
 from .errors import (
     IdempotencyError,
@@ -63,7 +77,7 @@ from .errors import (
 from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, deliver, logger
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
-from .reconcile import ReconcileCall, Reconciler, reconciler_for
+from .reconcile import ReconcileCall, reconciler_for
 from .record import Claim, ClaimOutcome, Completion, UncertainReason
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
@@ -80,93 +94,6 @@ class Unmemoized(Generic[V]):
     the engine releases the key, so a retry runs again, and returns ``value``."""
 
     value: V
-
-
-# -- steps the protocol asks its driver to perform -------------------------------------
-
-
-class _ClaimStep:
-    __slots__ = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _WatchStep:
-    fence: int
-    timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class _RunStep:
-    #: ``protected=False`` (fence 0, no lease) when the tool runs unprotected (fail open).
-    ctx: IdempotencyContext
-
-
-@dataclass(frozen=True, slots=True)
-class _CompleteStep:
-    ctx: IdempotencyContext
-    payload: bytes
-    failed: bool
-    #: Transactional mode: the run's open transaction the completion joins (``None``: a
-    #: failure to record, or a reconciled result, in a transaction of its own).
-    txn: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class _ReleaseStep:
-    ctx: IdempotencyContext
-    #: Transactional mode: the run's open transaction, rolled back with the release.
-    txn: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class _AbandonStep:
-    ctx: IdempotencyContext
-    reason: UncertainReason
-
-
-@dataclass(frozen=True, slots=True)
-class _ReconcileStep:
-    hook: Reconciler
-    call: ReconcileCall
-
-
-_Step = (
-    _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
-) | _ReconcileStep
-_CLAIM = _ClaimStep()
-#: The claim's ``boundary`` argument, passed only when set (a store written before the
-#: side-effect mark still serves every tool that does not mark one).
-_BOUNDARY: dict[bool, dict[str, bool]] = {False: {}, True: {"boundary": True}}
-
-
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """What the run step answers: the action's value or exception, and in transactional
-    mode the transaction still open after a successful run (for the complete step)."""
-
-    value: Any = None
-    exc: BaseException | None = None
-    txn: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    """A final answer found before running (a replay, a reconciled result)."""
-
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    key: str
-    fingerprint: str
-    owner: str
-    tool: str | None
-    meta: Mapping[str, str] | None
-    observer: EventHook | None
-    reconcile: Reconciler | None
-    args: Mapping[str, Any]
-    thread_id: str | None
 
 
 class Engine:

@@ -160,19 +160,7 @@ class Policy:
             )
         check_setting(self.approval)
         check_reconcile(self.reconcile)
-        # The options given explicitly (they win over an effect class's preset): those that
-        # differ from their defaults here, and every name with_options() was given.
-        object.__setattr__(
-            self,
-            "_explicit",
-            frozenset(
-                f.name
-                for f in dataclasses.fields(self)
-                if f.init
-                and f.default is not dataclasses.MISSING
-                and getattr(self, f.name) != f.default
-            ),
-        )
+        object.__setattr__(self, "_explicit", _not_default(self))
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
@@ -281,6 +269,17 @@ class PolicyOptions(TypedDict, total=False):
     effect: EffectClass | Mapping[str, EffectClass] | None
     identical_calls: Literal["share", "run", "reject"]
     on_fork: Literal["replay", "run"]
+
+
+def _not_default(policy: Policy) -> frozenset[str]:
+    """The options given explicitly, as far as a constructed policy can tell (they win
+    over an effect class's preset): those that differ from their defaults.
+    :meth:`Policy.with_options` adds every name it was given."""
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(policy)
+        if f.init and f.default is not dataclasses.MISSING and getattr(policy, f.name) != f.default
+    )
 
 
 def _check_effect(effect: object) -> None:

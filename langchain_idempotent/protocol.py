@@ -49,7 +49,7 @@ with that reason, instead of a clean ACQUIRED. Fence and attempt are kept.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 
@@ -139,6 +139,14 @@ def decide_claim(
             ),
             None,
         )
+    return _expired(rec, take, on_expired)
+
+
+def _expired(
+    rec: Record, take: Callable[..., tuple[Claim, Record]], on_expired: ExpiredPolicy
+) -> tuple[Claim, Record | None]:
+    """A running record whose lease ended: a clean RETRY when its attempt never entered its
+    side-effect block, else uncertain (TAKEOVER, or EXPIRED under ``"raise"``)."""
     reason = abandoned_reason(rec.owner) or "lease_expired"
     if rec.effect == "before":
         return take(ClaimOutcome.RETRY, reason=reason)
