@@ -61,14 +61,16 @@ from langchain_idempotent import (
     ReconcileCall,
     get_idempotency_context,
     idempotent,
-    store_from_url,
 )
+from langchain_idempotent.settings import store_from_url
 
 __all__ = ["plain", "protected", "refund_status"]
 
 ServerAgent = CompiledStateGraph[MessagesState, None, MessagesState, MessagesState]
 
-DEFAULT_STORE_URL = "sqlite:///idempotency.db"
+#: ``idempotency.db`` in the server's directory, resolved when the server imports this module:
+#: resolving it in a run would call ``os.getcwd()``, a blocking call on the server's loop.
+DEFAULT_STORE_URL = "sqlite:///" + os.path.abspath("idempotency.db")
 
 
 def _provider_url() -> str:

@@ -20,14 +20,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -37,6 +36,9 @@ from langchain_idempotent import BaseIdempotencyStore, idempotent
 from .fake_model import ScriptedRefundModel
 from .tools import DEFAULT_TIMEOUT, ProviderError, make_tools
 from .wal import switch_to_wal
+
+if TYPE_CHECKING:  # the demo extra's; the Agent Server ([server] only) never needs it
+    from langgraph.checkpoint.sqlite import SqliteSaver
 
 __all__ = ["SYSTEM_PROMPT", "RefundAgent", "build_refund_agent", "sqlite_checkpointer"]
 
@@ -55,6 +57,8 @@ If a tool call fails, call it again with the same arguments. Make one call at a 
 
 def sqlite_checkpointer(path: str | Path = ":memory:") -> SqliteSaver:
     """A :class:`SqliteSaver` on ``path``, usable from several threads and processes."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
     switch_to_wal(conn, timeout=30.0)  # workers open a fresh file at once
     conn.execute("PRAGMA synchronous=NORMAL")

@@ -28,10 +28,25 @@ LangGraph's ``__pregel_checkpointer`` and       under ``on_fork="run"``: the che
 ``checkpoint_map`` in ``configurable``          task runs from, and its metadata's ``source``
                                                 (``"fork"`` / ``"update"``: a time-travel
                                                 branch) (:func:`forked_from`)
+LangGraph's ``configurable                      the running task's scratchpad, which every
+["__pregel_scratchpad"]``                       thread of one task shares: approval's
+                                                per-task turns (:func:`task_scratchpad`)
+``scratchpad.interrupt_counter``                the task's ``interrupt()`` position counter;
+                                                its identity marks one run of the task,
+                                                replaced when LangGraph re-runs it
+                                                (:func:`interrupt_counter`)
+LangGraph's position-matched resumes            the n-th ``interrupt()`` of a task gets the
+                                                n-th answer; ``_asking`` records which call
+                                                each position asked about
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
                                                 (:class:`GraphMissingScopeError`)
+psycopg_pool's ``AsyncConnectionPool._pool``    the Postgres store closes an ending loop's
+(its deque of idle connections)                 idle connections itself, since ``close()``
+                                                cancelled with the loop stops before it
+                                                does (:func:`idle_connections`; imported
+                                                late, only then)
 ==============================================  ==============================================
 
 Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
@@ -62,13 +77,17 @@ if TYPE_CHECKING:
 __all__ = [
     "NEVER_TERMINAL",
     "PREGEL_READ",
+    "PREGEL_SCRATCHPAD",
     "DirectCall",
     "GraphMissingScopeError",
     "forked_from",
     "format_tool_output",
     "graph_state_messages",
+    "idle_connections",
     "injected_args_keys",
+    "interrupt_counter",
     "loud",
+    "task_scratchpad",
     "to_args_and_kwargs",
 ]
 
@@ -83,6 +102,8 @@ PREGEL_CHECKPOINTER = "__pregel_checkpointer"
 #: The checkpoint sources LangGraph writes at the start of a time-travel branch: a
 #: ``update_state`` (``"update"``) or a run resumed from an earlier checkpoint (``"fork"``).
 FORK_SOURCES = ("fork", "update")
+#: LangGraph's internal ``configurable`` key holding the running task's scratchpad.
+PREGEL_SCRATCHPAD = "__pregel_scratchpad"
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -139,6 +160,19 @@ def graph_state_messages(config: RunnableConfig) -> Any:
         return read("messages", False)
     except Exception:
         return None
+
+
+# -- the running task (approval's turns, :mod:`._asking`) ---------------------------------
+
+
+def task_scratchpad(config: RunnableConfig) -> Any:
+    """The running LangGraph task's scratchpad, or ``None`` outside a graph run."""
+    return (config.get("configurable") or {}).get(PREGEL_SCRATCHPAD)
+
+
+def interrupt_counter(scratchpad: Any) -> Any:
+    """The task's ``interrupt()`` position counter (one object per run of the task)."""
+    return scratchpad.interrupt_counter
 
 
 # -- BaseTool internals -------------------------------------------------------------------
@@ -249,3 +283,11 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+# -- psycopg_pool -------------------------------------------------------------------------
+
+
+def idle_connections(pool: Any) -> list[Any]:
+    """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
+    return list(getattr(pool, "_pool", ()))

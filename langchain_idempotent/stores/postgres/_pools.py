@@ -37,14 +37,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
@@ -98,8 +100,43 @@ class _Pools:
         self._own_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = (
             weakref.WeakKeyDictionary()
         )
+        #: Whether a direct connection (:meth:`_check`) once succeeded.
+        self._reached = False
         #: Loops whose tasks were cancelled (``asyncio.run`` ending them): no new pool.
         self._ending: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+    def _check(self, key: str | None) -> None:
+        """Connect once, directly, before the first owned pool opens: a wrong host,
+        database, user or password is then named in the error at once, where a pool would
+        only log it and time out after ``timeout`` seconds."""
+        try:
+            psycopg.connect(self.conninfo or "", **self._connect_kwargs()).close()
+        except psycopg.OperationalError as exc:
+            raise self._unreachable(key, exc) from exc
+        self._reached = True
+
+    async def _acheck(self, key: str | None) -> None:
+        """The async twin of :meth:`_check`."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo or "", **self._connect_kwargs()
+            )
+        except psycopg.OperationalError as exc:
+            raise self._unreachable(key, exc) from exc
+        await conn.close()
+        self._reached = True
+
+    def _unreachable(self, key: str | None, exc: Exception) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"PostgreSQL: cannot connect to {_redact(self.conninfo)}: {exc}", key=key
+        )
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """``connect_timeout`` as the pool's ``timeout``, unless the URL sets its own."""
+        if "connect_timeout" in conninfo_to_dict(self.conninfo or ""):
+            return {"autocommit": True}
+        timeout = float(self.options.get("timeout", 5.0))
+        return {"autocommit": True, "connect_timeout": max(2, math.ceil(timeout))}
 
     def forget(self) -> None:
         """In a forked child: drop the parent's owned pools without closing them."""
@@ -118,6 +155,8 @@ class _Pools:
             )
         with self._lock:
             if self._own is None:
+                if not self._reached:
+                    self._check(key)
                 self._own = ConnectionPool(
                     self.conninfo,
                     kwargs={"autocommit": True},
@@ -145,6 +184,8 @@ class _Pools:
             return own.pool
         if loop in self._ending:
             return None
+        if not self._reached:
+            await self._acheck(key)
         apool = AsyncConnectionPool(
             self.conninfo,
             kwargs={"autocommit": True},
@@ -177,9 +218,11 @@ class _Pools:
                 del self._own_async[loop]
             # The workers cancelled along with this task make close() raise
             # CancelledError from its wait for them, before it closes the idle
-            # connections: those are taken first (psycopg_pool's idle deque) and closed
+            # connections: those are taken first (psycopg_pool's idle deque, via _compat) and closed
             # here, else each ended loop would leave one open on the server.
-            idle = list(getattr(own.pool, "_pool", ()))
+            from ..._compat import idle_connections  # late: it imports LangChain
+
+            idle = idle_connections(own.pool)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await own.pool.close()
             for conn in idle:
@@ -366,7 +409,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """``postgresql://`` / ``postgres://`` URL -> (libpq conninfo, store options).
 
     Query parameters go to libpq, except ``table`` and ``poll_interval``, which are the
-    store's options of the same name.
+    store's options of the same name (percent-decoded: ``?table=ho3%5Fzz`` is ``ho3_zz``).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
@@ -376,9 +419,9 @@ def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
     for item in filter(None, parts.query.split("&")):
         name, _, value = item.partition("=")
         if name == "table":
-            options["table"] = value
+            options["table"] = unquote(value)
         elif name == "poll_interval":
-            options["poll_interval"] = float(value)
+            options["poll_interval"] = float(unquote(value))
         else:
             libpq.append(item)
     return urlunsplit(parts._replace(scheme="postgresql", query="&".join(libpq))), options

@@ -331,6 +331,8 @@ _SCHEMA_TABLE_DDL = (
 )
 # setup() and describe(): %s table name. Returns (version), or no row for a new table.
 _READ_VERSION = "SELECT version FROM {schema} WHERE table_name = %s"
+# describe: no parameters. Returns (table_name) for every table setup() made here.
+_KNOWN_TABLES = "SELECT table_name FROM {schema} ORDER BY table_name"
 # setup(), after each migration: %s table name, version. Returns nothing.
 _WRITE_VERSION = (
     "INSERT INTO {schema} (table_name, version) VALUES (%s, %s) "
@@ -464,6 +466,7 @@ class _Queries:
 
         self.lock, self.schema_table = f(_LOCK), f(_SCHEMA_TABLE_DDL)
         self.read_version, self.write_version = f(_READ_VERSION), f(_WRITE_VERSION)
+        self.known_tables = f(_KNOWN_TABLES)
         self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
         self.claim, self.replay_or_claim = f(_CLAIM), f(_REPLAY_OR_CLAIM)
         self.complete, self.renew, self.mark_effect = f(_COMPLETE), f(_RENEW), f(_MARK_EFFECT)
@@ -479,7 +482,8 @@ class _Queries:
         if stored > SCHEMA_VERSION:
             raise StoreUnavailableError(
                 f"the table {self.table!r} was written by a newer langchain-idempotent "
-                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade"
+                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade (a "
+                "table set up by a pre-release build at version 2 or 3: drop() it)"
             )
         out: list[tuple[str, tuple[Any, ...] | None]] = []
         for version in range(stored + 1, SCHEMA_VERSION + 1):

@@ -437,10 +437,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
     def now_ms(self) -> int:
         """The server's clock (``clock_timestamp()``) in milliseconds."""
-        return self._run(None, single(Stmt(self._q.now), _first_int))
+        return self._run(None, single(Stmt(self._q.now), _first_int), setup=False)
 
     async def anow_ms(self) -> int:
-        return await self._arun(None, single(Stmt(self._q.now), _first_int))
+        return await self._arun(None, single(Stmt(self._q.now), _first_int), setup=False)
 
     def describe(self) -> dict[str, Any]:
         """Facts for ``doctor``: server version and durability settings (``fsync``,
