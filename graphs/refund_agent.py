@@ -40,7 +40,14 @@ from .wal import switch_to_wal
 if TYPE_CHECKING:  # the demo extra's; the Agent Server ([server] only) never needs it
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-__all__ = ["SYSTEM_PROMPT", "RefundAgent", "build_refund_agent", "sqlite_checkpointer"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "RefundAgent",
+    "agent_loop",
+    "build_refund_agent",
+    "refund_tools",
+    "sqlite_checkpointer",
+]
 
 RefundAgent = CompiledStateGraph[MessagesState, None, MessagesState, MessagesState]
 
@@ -65,6 +72,53 @@ def sqlite_checkpointer(path: str | Path = ":memory:") -> SqliteSaver:
     saver = SqliteSaver(conn)
     saver.setup()
     return saver
+
+
+def refund_tools(
+    store: BaseIdempotencyStore | None,
+    *,
+    provider_url: str | None = None,
+    http: httpx.Client | None = None,
+    idempotency: Mapping[str, Any] | None = None,
+    protect: Callable[[list[BaseTool]], Sequence[BaseTool]] | None = None,
+    after_refund_committed: Callable[[], None] | None = None,
+    on_refund_resent: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
+) -> list[BaseTool]:
+    """``[lookup_invoice, issue_refund, notify_customer]`` on the provider, the effectful
+    two protected as :func:`build_refund_agent` describes (its arguments of these names)."""
+    if http is None:
+        if provider_url is None:
+            raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
+        http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
+    lookup_invoice, issue_refund, notify_customer = make_tools(
+        http,
+        after_refund_committed=after_refund_committed,
+        on_refund_resent=on_refund_resent,
+        before_refund=before_refund,
+        mark_effects=store is not None and bool((idempotency or {}).get("boundary")),
+    )
+    effectful: list[BaseTool] = [issue_refund, notify_customer]
+    if store is not None:
+        effectful = list(idempotent(effectful, store=store, **dict(idempotency or {})))
+    elif protect is not None:
+        effectful = list(protect(effectful))
+    # lookup_invoice is NOT wrapped: it only reads, so running it twice is harmless and
+    # returns the invoice as it is now, which is what the planner should see on a retry.
+    # Memoizing it would cost a store round trip per call and could replay stale data.
+    return [lookup_invoice, *effectful]
+
+
+def agent_loop(planner: Any, tools: Sequence[BaseTool]) -> StateGraph[MessagesState]:
+    """``START → planner ⇄ tools``: the planner node (sync or async) and a ``ToolNode``
+    that hands provider errors back to the planner as error tool messages."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("planner", planner)
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=(ProviderError,)))
+    graph.add_edge(START, "planner")
+    graph.add_conditional_edges("planner", tools_condition)
+    graph.add_edge("tools", "planner")
+    return graph
 
 
 def build_refund_agent(
@@ -99,27 +153,16 @@ def build_refund_agent(
       With ``idempotency={"boundary": True, ...}`` the tools mark their POSTs with
       ``side_effect()``.
     """
-    if http is None:
-        if provider_url is None:
-            raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
-        http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
-    lookup_invoice, issue_refund, notify_customer = make_tools(
-        http,
+    tools = refund_tools(
+        store,
+        provider_url=provider_url,
+        http=http,
+        idempotency=idempotency,
+        protect=protect,
         after_refund_committed=after_refund_committed,
         on_refund_resent=on_refund_resent,
         before_refund=before_refund,
-        mark_effects=store is not None and bool((idempotency or {}).get("boundary")),
     )
-    effectful: list[BaseTool] = [issue_refund, notify_customer]
-    if store is not None:
-        effectful = list(idempotent(effectful, store=store, **dict(idempotency or {})))
-    elif protect is not None:
-        effectful = list(protect(effectful))
-    # lookup_invoice is NOT wrapped: it only reads, so running it twice is harmless and
-    # returns the invoice as it is now, which is what the planner should see on a retry.
-    # Memoizing it would cost a store round trip per call and could replay stale data.
-    tools: list[BaseTool] = [lookup_invoice, *effectful]
-
     planner_model = model if model is not None else ScriptedRefundModel()
     bound = planner_model.bind_tools(tools)
 
@@ -129,12 +172,7 @@ def build_refund_agent(
         reply = bound.invoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])
         return {"messages": [reply]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("planner", planner)
-    graph.add_node("tools", ToolNode(tools, handle_tool_errors=(ProviderError,)))
-    graph.add_edge(START, "planner")
-    graph.add_conditional_edges("planner", tools_condition)
-    graph.add_edge("tools", "planner")
+    graph = agent_loop(planner, tools)
 
     if checkpointer is None or isinstance(checkpointer, str | Path):
         checkpointer = sqlite_checkpointer(checkpointer or ":memory:")

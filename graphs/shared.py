@@ -79,6 +79,8 @@ class WorkerConfig:
     verbose: bool = False
     #: The idempotent mode marks the refund's POST with ``side_effect()`` (``boundary=True``).
     boundary: bool = True
+    #: Run the multi-agent pipeline (:mod:`graphs.pipeline`) instead of the single agent.
+    pipeline: bool = False
 
     def thread_id(self, ticket: Ticket) -> str:
         return f"{ticket.ticket_id}@{self.run_id}"

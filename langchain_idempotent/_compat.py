@@ -24,8 +24,14 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
-LangGraph's ``__pregel_checkpointer`` and       under ``on_fork="run"``: the checkpoint a
-``checkpoint_map`` in ``configurable``          task runs from, and its metadata's ``source``
+``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
+``_is_injected_arg_type``                       the id its replay answers
+                                                (:func:`injected_call_id_names`)
+``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
+``configurable["checkpoint_map"]``              call under ``scope="turn"``
+                                                (:func:`root_state_messages`)
+the same two keys                               under ``on_fork="run"``: the checkpoint a
+                                                task runs from, and its metadata's ``source``
                                                 (``"fork"`` / ``"update"``: a time-travel
                                                 branch) (:func:`forked_from`)
 LangGraph's ``configurable                      the running task's scratchpad, which every
@@ -97,7 +103,6 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
-#: LangGraph's internal ``configurable`` key holding the graph's checkpointer.
 PREGEL_CHECKPOINTER = "__pregel_checkpointer"
 #: The checkpoint sources LangGraph writes at the start of a time-travel branch: a
 #: ``update_state`` (``"update"``) or a run resumed from an earlier checkpoint (``"fork"``).
@@ -291,3 +296,69 @@ class DirectCall:
 def idle_connections(pool: Any) -> list[Any]:
     """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
     return list(getattr(pool, "_pool", ()))
+
+
+def root_state_messages(config: RunnableConfig) -> Any:
+    """The ``messages`` channel of the thread's outermost graph, read from its checkpoint
+    (the one this step started from when LangGraph's ``checkpoint_map`` names it, else the
+    latest), or ``None`` without a checkpointer or such a channel."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    thread_id = configurable.get("thread_id")
+    if saver is None or not hasattr(saver, "get_tuple") or thread_id is None:
+        return None
+    root: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    checkpoint_map = configurable.get("checkpoint_map")
+    if isinstance(checkpoint_map, dict) and checkpoint_map.get(""):
+        root["checkpoint_id"] = checkpoint_map[""]
+    try:
+        saved = saver.get_tuple({"configurable": root})
+        if saved is None and "checkpoint_id" in root:
+            del root["checkpoint_id"]
+            saved = saver.get_tuple({"configurable": root})
+    except Exception:  # a saver that cannot answer here (an async-only one): no outer turn
+        return None
+    if saved is None:
+        return None
+    return saved.checkpoint.get("channel_values", {}).get("messages")
+
+
+def injected_call_id_names(tool: Any) -> list[str]:
+    """The parameters of ``tool`` annotated ``InjectedToolCallId`` (its schema's and its
+    function's: a custom ``args_schema`` leaves it out), as LangChain finds them."""
+    import typing
+
+    from langchain_core.tools import InjectedToolCallId
+    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
+
+    hints: dict[str, Any] = {}
+    schema = getattr(tool, "args_schema", None)
+    if isinstance(schema, type):
+        hints.update(get_all_basemodel_annotations(schema))
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        if fn is not None:
+            try:
+                hints.update(typing.get_type_hints(fn, include_extras=True))
+            except Exception:  # unresolvable annotations: nothing to learn from them
+                continue
+    return [
+        name
+        for name, hint in hints.items()
+        if _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
+    ]
+
+
+def reads_graph_state(hint: Any) -> bool:
+    """Whether a parameter annotated ``hint`` is handed the graph state: ``InjectedState``
+    (LangGraph's marker, as ToolNode finds it) or a ``ToolRuntime``."""
+    import typing
+
+    from langchain_core.tools.base import _is_injected_arg_type
+    from langgraph.prebuilt import InjectedState, ToolRuntime
+
+    if _is_injected_arg_type(hint, injected_type=InjectedState):
+        return True
+    for candidate in (hint, typing.get_origin(hint), *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
+            return True
+    return False

@@ -234,20 +234,6 @@ def test_a_tasks_answers_are_matched_to_its_interrupts_by_position() -> None:
     assert got == [("a", "b")], moved("position-matched resumes within one task")
 
 
-def test_psycopg_pool_keeps_its_idle_connections_in_a_deque() -> None:
-    """``stores/postgres/_pools.py`` takes the idle connections of a pool whose loop ended
-    from ``pool._pool`` (psycopg_pool's idle deque), to close them."""
-    from collections import deque
-
-    from psycopg_pool import AsyncConnectionPool
-
-    pool = AsyncConnectionPool("postgresql://unused", open=False)
-    assert isinstance(getattr(pool, "_pool", None), deque), (
-        "psycopg_pool moved AsyncConnectionPool._pool, which "
-        "langchain_idempotent/stores/postgres/_pools.py reads: update it"
-    )
-
-
 @pytest.mark.parametrize("handle_tool_errors", [True, (Exception,)])
 def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
     handle_tool_errors: Any,
@@ -264,11 +250,6 @@ def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
     with pytest.raises(MissingScopeError, match="no thread id") as raised:
         builder.compile().invoke({"messages": [AIMessage("", tool_calls=[call])]})
     assert isinstance(raised.value, GraphBubbleUp), moved("ToolNode's GraphBubbleUp handling")
-
-
-#: Underscore attributes read with ``getattr`` outside ``_compat.py``, each a touch of a
-#: package other than LangChain / LangGraph with its own test above.
-_OTHER_PACKAGES_TOUCHES = {("_pools.py", "_pool")}  # psycopg_pool's idle deque
 
 
 def private_touches(source: str, name: str) -> list[str]:
@@ -296,7 +277,6 @@ def private_touches(source: str, name: str) -> list[str]:
             and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str)
             and node.args[1].value.startswith("_")
-            and (name, node.args[1].value) not in _OTHER_PACKAGES_TOUCHES
         ):
             found.append(f"{name}: getattr(..., {node.args[1].value!r})")
     return found
@@ -344,3 +324,51 @@ def test_psycopg_pool_keeps_its_idle_connections_where_the_postgres_store_reads_
     idle.append(marker)
     assert _compat.idle_connections(pool) == [marker]
     assert _compat.idle_connections(object()) == []  # moved: the store closes none itself
+
+
+def test_the_injected_call_id_parameter_is_found_even_outside_a_custom_schema() -> None:
+    from pydantic import BaseModel
+
+    class Input(BaseModel):
+        x: int
+
+    @tool(args_schema=Input)
+    def echo(x: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Echo."""
+        return str(x)
+
+    assert _compat.injected_call_id_names(echo) == ["tool_call_id"], moved(
+        "langchain_core.tools.base._is_injected_arg_type"
+    )
+
+
+def test_a_nested_graph_reads_the_outermost_graphs_messages_from_its_checkpoint() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END
+
+    seen: list[Any] = []
+
+    def inner(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        seen.append(_compat.root_state_messages(config))
+        return {}
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+    subgraph = sub.compile()
+
+    def outer(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        subgraph.invoke({"messages": [HumanMessage("made afresh", id="sub-1")]}, config)
+        return {}
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("outer", outer)
+    parent.add_edge(START, "outer")
+    parent.add_edge("outer", END)
+    graph = parent.compile(checkpointer=InMemorySaver())
+    graph.invoke(
+        {"messages": [HumanMessage("the user", id="u-1")]}, {"configurable": {"thread_id": "t"}}
+    )
+    [messages] = seen
+    assert [m.id for m in messages] == ["u-1"], moved("configurable checkpointer / checkpoint_map")

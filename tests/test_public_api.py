@@ -124,6 +124,8 @@ FOREIGN_MODULES = [
     "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
+    "langchain_idempotent.remote",
+    "langgraph.pregel.remote",
     "langchain_idempotent.engine",
     "langchain_idempotent.events",
     "langchain_idempotent.settings",
