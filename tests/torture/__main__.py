@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
-from .campaign import run_seeds, table, to_json
+from .campaign import Totals, run_seeds, table, to_json
 from .plants import PLANTS
 from .sim import FAULTS
 from .stores import DURABILITY, STORES, UsageError, open_backend
@@ -40,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the figures to this file (to merge shards)")
     p.add_argument("--verbose", action="store_true")
     return p
+
+
+def _progress(totals: Totals, path: str | None) -> None:
+    """Every thousand runs: a line on stderr, and the figures so far in ``--json``."""
+    t = totals.total
+    print(f"... {t.runs} runs, {t.violations} violations", file=sys.stderr, flush=True)
+    if path:
+        Path(path).write_text(json.dumps(to_json(totals)))
 
 
 def main(argv: list[str]) -> int:
@@ -88,9 +97,7 @@ def main(argv: list[str]) -> int:
             allow=allow,
             plant=plant,
             stop_on_failure=not args.keep_going,
-            progress=lambda t: print(
-                f"... {t.total.runs} runs, {t.total.violations} violations", file=sys.stderr
-            ),
+            progress=lambda t: _progress(t, args.json),
         )
     finally:
         backend.close()
@@ -110,5 +117,10 @@ def main(argv: list[str]) -> int:
     return 1 if t.violations else 0
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # through the finally blocks: servers stopped, keys removed
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     raise SystemExit(main(sys.argv[1:]))

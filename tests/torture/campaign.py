@@ -55,6 +55,7 @@ def run_seeds(
     plant: Callable[..., Any] | None = None,
     stop_on_failure: bool = False,
     progress: Callable[[Totals], None] | None = None,
+    every: int = 1000,
 ) -> Totals:
     totals = Totals(backend.name)
     tag = f"tt{uuid.uuid4().hex[:6]}"
@@ -69,7 +70,8 @@ def run_seeds(
             backend.forget(out.keys)
             if report.violations and stop_on_failure:
                 break
-            if progress is not None and totals.total.runs % 1000 == 0:
+            if progress is not None and totals.total.runs % every == 0:
+                totals.seconds = time.monotonic() - started
                 progress(totals)
     totals.seconds = time.monotonic() - started
     return totals

@@ -16,7 +16,7 @@ An operation without a reply may be placed anywhere after its invocation, or now
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_idempotent.protocol import (
@@ -84,21 +84,20 @@ def step(s: MState, op: Op, horizon: int = 0) -> list[tuple[Any, MState]]:
     hi = max(op.now_hi if op.ret is not None else horizon, lo)
     rec = s.rec
     if op.kind == "claim":
-        nows: list[tuple[int, int]] = []  # (lease_until to judge by, now)
+        # The lease is judged by ``now`` alone, against the record's own ``lease_until``:
+        # one branch where the deadline (somewhere in [lease_lo, lease_hi]) is still ahead
+        # of the store's clock (somewhere in [lo, hi]), one where it has passed.
+        nows: list[int] = [lo]
         if rec is not None and rec.state is State.RUNNING:
+            nows = []
             if s.lease_hi > lo:
-                nows.append((s.lease_hi, lo))  # still live
+                nows.append(rec.lease_until - 1)
             if s.lease_lo <= hi:
-                nows.append((s.lease_lo, max(lo, s.lease_lo)))  # already passed
-        else:
-            nows.append((0, lo))
+                nows.append(rec.lease_until)
         out = []
-        for until, now in nows:
-            judged = rec
-            if rec is not None and rec.state is State.RUNNING and rec.lease_until != until:
-                judged = replace(rec, lease_until=until)
+        for now in nows:
             ans, new = decide_claim(
-                judged,
+                rec,
                 key=op.key,
                 owner=a["owner"],
                 fingerprint=a["fingerprint"],
