@@ -20,7 +20,11 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from langchain_idempotent.stores.base import BaseIdempotencyStore
 
 from .campaign import Totals, run_seeds, table, to_json
 from .plants import PLANTS
@@ -53,7 +57,9 @@ def _progress(totals: Totals, path: str | None) -> None:
 
 def main(argv: list[str]) -> int:
     parser = _parser()
-    if "--plant" in argv and argv[argv.index("--plant") + 1 : argv.index("--plant") + 2] == ["list"]:
+    if "--plant" in argv and argv[argv.index("--plant") + 1 : argv.index("--plant") + 2] == [
+        "list"
+    ]:
         for name, cls in PLANTS.items():
             print(f"{name}: {(cls.__doc__ or '').strip()}")
         return 0
@@ -68,19 +74,24 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"--runs must be at least 1, got {args.runs}")
         if args.seed < 0:
             raise UsageError(f"--seed must be >= 0, got {args.seed}")
-        plant = None
+        plant: Callable[[BaseIdempotencyStore], Any] | None = None
         if args.plant is not None:
             if args.plant not in PLANTS:
                 raise UsageError(f"unknown plant {args.plant!r}; `--plant list` names them")
             plant = PLANTS[args.plant]
-        allow = FAULTS
+        allow: tuple[str, ...] = FAULTS
         if args.faults:
             allow = tuple(f.strip() for f in args.faults.split(","))
             unknown = [f for f in allow if f not in FAULTS]
             if unknown:
-                raise UsageError(f"unknown fault kind(s) {unknown}; choose from {', '.join(FAULTS)}")
+                raise UsageError(
+                    f"unknown fault kind(s) {unknown}; choose from {', '.join(FAULTS)}"
+                )
         if args.store in ("redis", "postgres") and args.durability is None:
+            # A server restart takes a second or more: measured apart, with --durability.
             allow = tuple(f for f in allow if f != "store_restart")
+        if args.durability is not None and "store_restart" not in allow:
+            raise UsageError("--durability measures store restarts: do not leave out store_restart")
         if args.durability is not None and args.durability not in DURABILITY[args.store]:
             raise UsageError(
                 f"--durability {args.durability!r} does not apply to {args.store}; choose one "
@@ -98,6 +109,7 @@ def main(argv: list[str]) -> int:
             plant=plant,
             stop_on_failure=not args.keep_going,
             progress=lambda t: _progress(t, args.json),
+            restart=args.durability is not None,
         )
     finally:
         backend.close()

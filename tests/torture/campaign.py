@@ -56,13 +56,14 @@ def run_seeds(
     stop_on_failure: bool = False,
     progress: Callable[[Totals], None] | None = None,
     every: int = 1000,
+    restart: bool = False,
 ) -> Totals:
     totals = Totals(backend.name)
     tag = f"tt{uuid.uuid4().hex[:6]}"
     started = time.monotonic()
     with scheduled_renewals():
         for seed in seeds:
-            plan = Plan.draw(seed, allow=allow)
+            plan = Plan.draw(seed, allow=allow, restart=restart)
             run = Run(plan, backend, tag, plant=plant)
             out = run.execute()
             report = checker.check(out, durable=backend.durable)
@@ -107,13 +108,20 @@ def merge(parts: list[dict[str, Any]]) -> Totals:
 
 
 def table(totals: Totals) -> str:
-    rows = [f"store {totals.store}: {totals.seconds:.1f} s", "| fault kind | runs | claims | effects | violations | failing seeds |", "|---|---:|---:|---:|---:|---|"]
+    rows = [
+        f"store {totals.store}: {totals.seconds:.1f} s",
+        "| fault kind | runs | claims | effects | violations | failing seeds |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for kind in sorted(totals.by_fault):
         t = totals.by_fault[kind]
         seeds = ", ".join(map(str, t.seeds)) or "-"
         rows.append(f"| {kind} | {t.runs} | {t.claims} | {t.effects} | {t.violations} | {seeds} |")
     t = totals.total
-    rows.append(f"| **all** | {t.runs} | {t.claims} | {t.effects} | {t.violations} | {', '.join(map(str, t.seeds)) or '-'} |")
-    extra = ", ".join(f"{k}={v}" for k, v in sorted(totals.stats.items()) if k not in ("claims", "effects"))
+    seeds = ", ".join(map(str, t.seeds)) or "-"
+    rows.append(f"| **all** | {t.runs} | {t.claims} | {t.effects} | {t.violations} | {seeds} |")
+    extra = ", ".join(
+        f"{k}={v}" for k, v in sorted(totals.stats.items()) if k not in ("claims", "effects")
+    )
     rows.append(f"observed: {extra}")
     return "\n".join(rows)

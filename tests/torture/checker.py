@@ -86,6 +86,9 @@ def _linearizable(out: Outcome, r: Report, *, durable: bool) -> dict[str, int]:
                 after = out.history.restarts[n].after[key]
                 snap = linearize.from_record(after)
                 kept = {f.durable_sig() for f in verdict.finals or []}
+                r.stats["restarts_x_keys"] += 1
+                if kept != {(None,)}:
+                    r.stats["records_at_restart"] += 1
                 if snap.durable_sig() not in kept:
                     lost[key] = lost.get(key, 0) + 1
                     r.stats["records_lost"] += 1
@@ -175,7 +178,9 @@ def _unknowns(out: Outcome, r: Report) -> None:
                 r.bad("unknown_surfaced", f"op {op.id}: takeover at fence {a.fence} not asked")
             ran = (a.fence, True) in call.runs
             if not ran and not any(asked):
-                r.bad("unknown_surfaced", f"op {op.id}: takeover at {a.fence} neither ran nor found")
+                r.bad(
+                    "unknown_surfaced", f"op {op.id}: takeover at {a.fence} neither ran nor found"
+                )
         elif a.outcome is ClaimOutcome.EXPIRED:
             r.stats["unknown_outcomes"] += 1
             found = any(f for _, f in call.asked)

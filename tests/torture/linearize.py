@@ -175,9 +175,7 @@ class Verdict:
     why: str = ""
 
 
-def check(
-    ops: list[Op], start: MState, *, want_finals: bool = False, horizon: int = 0
-) -> Verdict:
+def check(ops: list[Op], start: MState, *, want_finals: bool = False, horizon: int = 0) -> Verdict:
     """Search for a linearization of ``ops`` (one key's) from ``start``; ``horizon`` is the
     run's last clock reading (an op without a reply took effect before it, if at all)."""
     n = len(ops)
@@ -192,7 +190,7 @@ def check(
     seen: set[tuple[int, tuple[Any, ...]]] = set()
     finals: dict[tuple[Any, ...], MState] = {}
     budget = [BUDGET]
-    deepest = [0, ""]
+    deepest: list[Any] = [0, ""]
     found = [False]
 
     def candidates(done: int) -> Iterable[int]:

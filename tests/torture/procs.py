@@ -122,9 +122,7 @@ class Batch:
     plans: list[dict[str, tuple[str, str]]]
 
 
-def batch(
-    kind: str, target: str, name: str, ledger: Ledger, rng: random.Random, tag: str
-) -> Batch:
+def batch(kind: str, target: str, name: str, ledger: Ledger, rng: random.Random, tag: str) -> Batch:
     keys = [f"{tag}-{i}" for i in range(KEYS_PER_BATCH)]
     plans: list[dict[str, tuple[str, str]]] = [{} for _ in range(WORKERS)]
     kills = set()
@@ -144,9 +142,7 @@ def batch(
         rng.shuffle(mine)
         rng.shuffle(rest)
         order = mine + rest
-        p = FORK.Process(
-            target=_worker, args=(kind, target, name, ledger, order, dict(plans[w]))
-        )
+        p = FORK.Process(target=_worker, args=(kind, target, name, ledger, order, dict(plans[w])))
         p.start()
         procs.append(p)
     stopped_at: dict[int, float] = {}
@@ -174,7 +170,7 @@ def batch(
 def check(store: BaseIdempotencyStore, ledger: Ledger, b: Batch) -> tuple[list[str], Counter[str]]:
     bad: list[str] = []
     stats: Counter[str] = Counter()
-    db = ledger._db()  # noqa: SLF001 - the ledger's tables are the record of the run
+    db = ledger._db()
     inkeys = f"({','.join('?' * len(b.keys))})"
     ran: dict[str, list[int]] = {}
     for key, pid in db.execute(f"SELECT key, pid FROM executions WHERE key IN {inkeys}", b.keys):
@@ -229,7 +225,10 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:
         return 2 if exc.code else 0
     if args.store not in ("sqlite", "redis", "postgres"):
-        print(f"error: unknown store {args.store!r}; choose sqlite, redis or postgres", file=sys.stderr)
+        print(
+            f"error: unknown store {args.store!r}; choose sqlite, redis or postgres",
+            file=sys.stderr,
+        )
         return 2
     if args.runs < 1:
         print(f"error: --runs must be at least 1, got {args.runs}", file=sys.stderr)

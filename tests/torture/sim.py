@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import greenlet
+import greenlet  # type: ignore[import-untyped,unused-ignore]
 
 from langchain_idempotent import engine as engine_module
 from langchain_idempotent.context import get_idempotency_context
@@ -56,11 +56,11 @@ STORE_OPS = ("claim", "renew", "complete", "release", "abandon")
 MAX_STEPS = 20_000
 
 
-class Crashed(BaseException):  # noqa: N818 - a process death, not an error
+class Crashed(BaseException):
     """Thrown into a crashed worker to unwind it; it touches no store on the way out."""
 
 
-class SinkRejected(Exception):  # noqa: N818
+class SinkRejected(Exception):
     """The sink refused a stale fence."""
 
 
@@ -98,9 +98,13 @@ class Plan:
     on_expired: str
     reconcile: bool
     split: float  # chance that a reply is held back while others run
+    restart: bool = False  # every run restarts the store (measuring durability)
 
     @classmethod
-    def draw(cls, seed: int, *, allow: tuple[str, ...], max_workers: int = 6) -> Plan:
+    def draw(
+        cls, seed: int, *, allow: tuple[str, ...], max_workers: int = 6, restart: bool = False
+    ) -> Plan:
+        """The plan of run ``seed``; ``restart``: every run restarts the store once."""
         rng = random.Random(seed ^ 0x5EED)
         workers = rng.randint(2, max_workers)
         keys = rng.randint(1, 3)
@@ -112,6 +116,8 @@ class Plan:
                 if call_faults and rng.random() < 0.35:
                     faults[(w, c)] = rng.choice(call_faults)
         run_faults = [f for f in RUN_FAULTS if f in allow and rng.random() < 0.3]
+        if restart and "store_restart" not in run_faults:
+            run_faults.append("store_restart")
         return cls(
             seed=seed,
             workers=workers,
@@ -122,6 +128,7 @@ class Plan:
             on_expired=rng.choice(("takeover", "takeover", "raise")),
             reconcile=rng.random() < 0.5,
             split=rng.choice((0.0, 0.2, 0.5)),
+            restart=restart,
         )
 
     def kinds(self) -> set[str]:
@@ -171,6 +178,9 @@ class Backend:
 
     def restart(self) -> None:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Remove what the backend made (keys, tables, servers, directories)."""
 
     def forget(self, keys: list[str]) -> None:
         for key in keys:
@@ -262,11 +272,16 @@ def scheduled_renewals() -> Iterator[None]:
     if saved is None:
         yield
         return
-    engine_module.schedule_renewal = lambda every, renew: _RENEWALS.add(renew) or _NoRenewal()  # type: ignore[attr-defined]
+    engine_module.schedule_renewal = _scheduled  # type: ignore[attr-defined,assignment]
     try:
         yield
     finally:
         engine_module.schedule_renewal = saved  # type: ignore[attr-defined]
+
+
+def _scheduled(every: float, renew: Callable[[], bool]) -> _NoRenewal:
+    _RENEWALS.add(renew)
+    return _NoRenewal()
 
 
 class _Renewals:
@@ -367,7 +382,9 @@ class Run:
         if kind == "watch":
             req.until = self.now() + args["timeout"] * 1000
         elif kind in STORE_OPS or kind not in ("watch", "point"):
-            req.op = self.h.invoke(key, (a.worker, a.call), kind, args, int(self.now()) - self._slack())
+            req.op = self.h.invoke(
+                key, (a.worker, a.call), kind, args, int(self.now()) - self._slack()
+            )
         a.req = req
         self.main.switch()
         if req.error is not None:
@@ -382,7 +399,9 @@ class Run:
             a.dead = True
             self.h.calls[(a.worker, a.call)].end = "crashed"
             self.main.switch()  # never resumed: the scheduler throws Crashed at the end
-        if fault == "pause_past_lease" and name == ("after_effect" if a.worker % 2 else "after_claim"):
+        if fault == "pause_past_lease" and name == (
+            "after_effect" if a.worker % 2 else "after_claim"
+        ):
             self.spent.add((a.worker, a.call))
             a.paused_until = self.step_no + self.rng.randint(3, 40)
             self.jump_past(a.lease_deadline)
@@ -525,11 +544,15 @@ class Run:
         rng = self.rng
         random.seed(self.plan.seed)  # the engine's owner tokens
         self.actors = [
-            Actor(w, greenlet.greenlet(lambda w=w: self._worker(w))) for w in range(self.plan.workers)
+            Actor(w, greenlet.greenlet(lambda w=w: self._worker(w)))
+            for w in range(self.plan.workers)
         ]
         for a in self.actors:
             a.glet.switch()
-        restart_at = rng.randint(5, 60) if "store_restart" in self.plan.run_faults else -1
+        restart_at = -1
+        if "store_restart" in self.plan.run_faults:
+            # Measuring durability (every run restarts): early, while work is in flight.
+            restart_at = rng.randint(2, 15) if self.plan.restart else rng.randint(5, 60)
         jump_at = rng.randint(3, 40) if "clock_jump" in self.plan.run_faults else -1
         stuck = False
         while True:
@@ -581,6 +604,14 @@ class Run:
             out.finals[key] = self.backend.store.get(key)
         return out
 
+    def _read_after_restart(self, key: str) -> Any:
+        for _ in range(50):  # the first reads may meet connections the restart broke
+            try:
+                return self.backend.store.get(key)
+            except IdempotencyError:
+                time.sleep(0.1)
+        return self.backend.store.get(key)
+
     def _restart(self) -> None:
         # Between operations: every store operation already invoked reaches the store first
         # (its reply comes after the restart), so each operation belongs to one side of it.
@@ -589,7 +620,7 @@ class Run:
             if req is not None and req.op is not None and not req.applied and not a.dead:
                 self._apply(req)
         self.backend.restart()
-        after = {key: self.backend.store.get(key) for key in self.keys}
+        after = {key: self._read_after_restart(key) for key in self.keys}
         self.h.restarts.append(Restart(self.h.tick(), after))
         for key in self.keys:
             self._wake(key)

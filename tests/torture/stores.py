@@ -68,7 +68,9 @@ class SqliteBackend(Backend):
 
     def _open(self) -> SqliteIdempotencyStore:
         return SqliteIdempotencyStore(
-            self.dir / "idem.sqlite", clock=self.fake_clock, synchronous=self.synchronous  # type: ignore[arg-type]
+            self.dir / "idem.sqlite",
+            clock=self.fake_clock,
+            synchronous=self.synchronous,  # type: ignore[arg-type]
         )
 
     def now_ms(self) -> int:
@@ -101,10 +103,10 @@ class RedisBackend(Backend):
         if url is None:
             if not redis_server_available():
                 raise UsageError("redis-server is not on PATH")
-            opts = {"appendonly": "no"}
-            if self.durability != "rdb-only":
-                opts = {"appendonly": "yes", "appendfsync": self.durability}
-            self.server = RedisServer(**opts)
+            if self.durability == "rdb-only":
+                self.server = RedisServer(appendonly="no")
+            else:
+                self.server = RedisServer(appendonly="yes", appendfsync=self.durability)
             url = self.server.url
         self.url = url
         self.prefix = f"torture-{uuid.uuid4().hex[:8]}:"
