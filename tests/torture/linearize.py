@@ -15,17 +15,14 @@ An operation without a reply may be placed anywhere after its invocation, or now
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_idempotent.protocol import (
-    decide_abandon,
-    decide_claim,
-    decide_complete,
-    decide_release,
-    decide_renew,
-)
+from langchain_idempotent import protocol
 from langchain_idempotent.record import Claim, ClaimOutcome, Completion, Record, State
 
 from .history import Op
@@ -46,21 +43,20 @@ class MState:
         r = self.rec
         if r is None:
             return (None,)
-        return (
-            r.state,
-            r.owner,
-            r.fence,
-            r.attempt,
-            r.fingerprint,
-            r.payload,
-            self.lease_lo,
-            self.lease_hi,
-        )
+        return (*(getattr(r, f) for f in _SIG_FIELDS), self.lease_lo, self.lease_hi)
 
     def durable_sig(self) -> tuple[Any, ...]:
         """What a restart must keep: everything but the lease deadline."""
         r = self.rec
-        return (None,) if r is None else (r.state, r.owner, r.fence, r.attempt, r.payload)
+        return (None,) if r is None else tuple(getattr(r, f) for f in _SIG_FIELDS)
+
+
+#: The fields the protocol decides by (every field of the record but its times and meta).
+_SIG_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(Record)
+    if f.name not in ("key", "lease_until", "created_at", "updated_at", "meta", "version")
+)
 
 
 def from_record(rec: Record | None) -> MState:
@@ -69,77 +65,67 @@ def from_record(rec: Record | None) -> MState:
     return MState(rec, rec.lease_until, rec.lease_until)
 
 
-def _leased(new: Record | None, lo: int, hi: int, ms: int, old: MState) -> MState:
+#: The protocol's decisions by operation name (``decide_claim`` -> ``"claim"``), so that an
+#: operation added to the protocol later (with its ``decide_`` function) is modelled too.
+DECIDE: dict[str, Callable[..., tuple[Any, Record | None]]] = {
+    name.removeprefix("decide_"): fn
+    for name, fn in vars(protocol).items()
+    if name.startswith("decide_") and callable(fn)
+}
+
+
+@functools.cache
+def _params(fn: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)
+
+
+def _decide(op: Op, rec: Record | None, now: int) -> tuple[Any, Record | None]:
+    fn = DECIDE[op.kind]
+    given = {**op.args, "key": op.key, "now": now}
+    return fn(rec, **{k: v for k, v in given.items() if k in _params(fn)})
+
+
+def _next(s: MState, new: Record | None, now: int, lo: int, hi: int) -> MState:
+    """The state after a decision taken at ``now`` for an op whose clock lay in [lo, hi]."""
     if new is None:
-        return old
+        return s
     if new.lease_until == 0:
         return MState(new, 0, 0)
+    if s.rec is not None and new.lease_until == s.rec.lease_until:
+        return MState(new, s.lease_lo, s.lease_hi)
+    ms = new.lease_until - now  # a lease written now: lease_ms after the store's clock
     return MState(new, lo + ms, hi + ms)
 
 
 def step(s: MState, op: Op, horizon: int = 0) -> list[tuple[Any, MState]]:
     """Every (answer, next state) the model allows for ``op`` in state ``s``; an op without
     a reply may have taken effect up to ``horizon`` (the history's last clock reading)."""
-    a, lo = op.args, op.now_lo
+    lo = op.now_lo
     hi = max(op.now_hi if op.ret is not None else horizon, lo)
     rec = s.rec
-    if op.kind == "claim":
+    if op.kind not in DECIDE:
+        # An operation the model does not know: taken to change nothing the others answer.
+        return [(op.answer, s)]
+    nows = [lo]
+    if op.kind == "claim" and rec is not None and rec.state is State.RUNNING:
         # The lease is judged by ``now`` alone, against the record's own ``lease_until``:
         # one branch where the deadline (somewhere in [lease_lo, lease_hi]) is still ahead
         # of the store's clock (somewhere in [lo, hi]), one where it has passed.
-        nows: list[int] = [lo]
-        if rec is not None and rec.state is State.RUNNING:
-            nows = []
-            if s.lease_hi > lo:
-                nows.append(rec.lease_until - 1)
-            if s.lease_lo <= hi:
-                nows.append(rec.lease_until)
-        out = []
-        for now in nows:
-            ans, new = decide_claim(
-                rec,
-                key=op.key,
-                owner=a["owner"],
-                fingerprint=a["fingerprint"],
-                now=now,
-                lease_ms=a["lease_ms"],
-                on_expired=a.get("on_expired", "takeover"),
-                meta=a.get("meta"),
-            )
-            out.append((ans, _leased(new, lo, hi, a["lease_ms"], s)))
-        return out
-    if op.kind == "renew":
-        ok, new = decide_renew(rec, owner=a["owner"], fence=a["fence"], now=lo, lease_ms=1)
-        return [(ok, _leased(new, lo, hi, a["lease_ms"], s))]
-    if op.kind == "complete":
-        done, new = decide_complete(
-            rec,
-            key=op.key,
-            owner=a["owner"],
-            fence=a["fence"],
-            fingerprint=a["fingerprint"],
-            payload=a["payload"],
-            failed=a["failed"],
-            now=lo,
-            meta=a.get("meta"),
-        )
-        return [(done, _leased(new, lo, hi, 0, s))]
-    if op.kind == "release":
-        ok, new = decide_release(rec, owner=a["owner"], fence=a["fence"], now=lo)
-        return [(ok, _leased(new, lo, hi, 0, s))]
-    if op.kind == "abandon":
-        ok, new = decide_abandon(
-            rec, owner=a["owner"], fence=a["fence"], reason=a.get("reason", "cancelled"), now=lo
-        )
-        return [(ok, _leased(new, lo, hi, 0, s))]
-    # An operation the model does not know (added to the protocol after this harness):
-    # it is taken to change nothing the other operations answer from.
-    return [(op.answer, s)]
+        nows = []
+        if s.lease_hi > lo:
+            nows.append(rec.lease_until - 1)
+        if s.lease_lo <= hi:
+            nows.append(rec.lease_until)
+    out = []
+    for now in nows:
+        ans, new = _decide(op, rec, now)
+        out.append((ans, _next(s, new, now, lo, hi)))
+    return out
 
 
 def agrees(op: Op, want: Any) -> bool:
     got = op.answer
-    if op.kind not in ("claim", "renew", "complete", "release", "abandon"):
+    if op.kind not in DECIDE:
         return True
     if isinstance(want, Claim):
         if not isinstance(got, Claim) or got.outcome is not want.outcome:

@@ -18,6 +18,7 @@ as seeing it), like an API given ``get_idempotency_context().fence``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -246,6 +247,19 @@ def _forwarder(name: str) -> Callable[..., Any]:
     return op
 
 
+def _record_operations() -> list[str]:
+    """The store's record operations: public sync methods whose first argument is ``key``
+    (operator helpers aside)."""
+    out = []
+    for name, fn in vars(BaseIdempotencyStore).items():
+        twin = name.startswith("a") and name[1:] in vars(BaseIdempotencyStore)
+        if twin or name.startswith("_") or name in ("get", "delete", "watch", "purge"):
+            continue
+        if callable(fn) and list(inspect.signature(fn).parameters)[1:2] == ["key"]:
+            out.append(name)
+    return out
+
+
 # Operations added to the protocol after this harness was written are recorded and passed
 # through like the others (the checker treats them as changing nothing it checks).
 Recorder = type(
@@ -253,8 +267,8 @@ Recorder = type(
     (_RecorderBase,),
     {
         name: _forwarder(name)
-        for name in getattr(BaseIdempotencyStore, "__abstractmethods__", ())
-        if getattr(getattr(_RecorderBase, name, None), "__isabstractmethod__", False)
+        for name in _record_operations()
+        if getattr(_RecorderBase, name) is getattr(BaseIdempotencyStore, name)
     },
 )
 
