@@ -17,6 +17,8 @@ import pytest
 import langchain_idempotent
 import langchain_idempotent.stores
 
+from .support.docs import documentation_text
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "langchain_idempotent"
 FACES = {
@@ -90,10 +92,10 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         exec("from langchain_idempotent import NoSuchThing", {})
 
 
-# -- the README ---------------------------------------------------------------------------
+# -- the README and the docs site -----------------------------------------------------------
 
-README = (ROOT / "README.md").read_text()
-# Modules a README name may come from when it is not ours: Python, LangChain, LangGraph,
+README = documentation_text()
+# Modules a documented name may come from when it is not ours: Python, LangChain, LangGraph,
 # redis-py and the serializer the results go through.
 FOREIGN_MODULES = [
     "builtins",
