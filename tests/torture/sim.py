@@ -18,6 +18,7 @@ as seeing it), like an API given ``get_idempotency_context().fence``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import random
 import time
@@ -55,6 +56,8 @@ RUN_FAULTS = ("clock_jump", "store_restart")
 FAULTS = CALL_FAULTS + RUN_FAULTS
 STORE_OPS = ("claim", "renew", "complete", "release", "abandon")
 MAX_STEPS = 20_000
+#: Whether the library has the side-effect boundary (``Policy(boundary=True)``).
+_HAS_BOUNDARY = "boundary" in {f.name for f in dataclasses.fields(Policy)}
 
 
 class Crashed(BaseException):
@@ -100,6 +103,9 @@ class Plan:
     reconcile: bool
     split: float  # chance that a reply is held back while others run
     restart: bool = False  # every run restarts the store (measuring durability)
+    #: The tool marks its effect (``side_effect()``, ``Policy(boundary=True)``), where the
+    #: library has it.
+    boundary: bool = False
 
     @classmethod
     def draw(
@@ -130,6 +136,9 @@ class Plan:
             reconcile=rng.random() < 0.5,
             split=rng.choice((0.0, 0.2, 0.5)),
             restart=restart,
+            # Drawn apart, so that the other choices of a seed stay what they were before
+            # the library had a side-effect boundary.
+            boundary=_HAS_BOUNDARY and random.Random(seed ^ 0xB0B).random() < 0.5,
         )
 
     def kinds(self) -> set[str]:
@@ -352,6 +361,7 @@ class Run:
             wait_timeout=None,
             on_expired=plan.on_expired,  # type: ignore[arg-type]
             reconcile=self._reconcile if plan.reconcile else None,
+            **({"boundary": True} if plan.boundary else {}),
         )
         self.engine = Engine(Recorder(self), policy)  # type: ignore[abstract]
 
@@ -445,7 +455,11 @@ class Run:
         log = self.h.calls[(a.worker, a.call)]
         log.runs.append((ctx.fence, ctx.takeover))
         self.point("after_claim")
-        value = self.sink.effect(ctx.key, ctx.fence, (a.worker, a.call))
+        if self.plan.boundary:
+            with ctx.side_effect():  # type: ignore[attr-defined]
+                value = self.sink.effect(ctx.key, ctx.fence, (a.worker, a.call))
+        else:
+            value = self.sink.effect(ctx.key, ctx.fence, (a.worker, a.call))
         self.point("after_effect")
         return value
 
