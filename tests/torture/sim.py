@@ -355,13 +355,14 @@ class Run:
         self.spent: set[tuple[int, int]] = set()
         self.step_no = 0
         self.main = greenlet.getcurrent()
+        options: dict[str, Any] = {"boundary": True} if plan.boundary else {}
         policy = Policy(
             lease=backend.lease_ms / 1000,
             ttl=3600,
             wait_timeout=None,
             on_expired=plan.on_expired,  # type: ignore[arg-type]
             reconcile=self._reconcile if plan.reconcile else None,
-            **({"boundary": True} if plan.boundary else {}),
+            **options,
         )
         self.engine = Engine(Recorder(self), policy)  # type: ignore[abstract]
 
