@@ -134,8 +134,14 @@ def _per_key(out: Outcome, r: Report, key: str, ops: list[Op], lost: int) -> Non
             r.bad("answer_backed", f"{key}: caller {c.caller} got {c.value!r}, no such effect")
     if len(confirmed) > 1 and not lost:
         r.bad("one_answer", f"{key}: callers got {sorted(confirmed)}")
-    split = {c.value for c in answered} - confirmed
-    if split and not lost:
+    # A caller whose completion's reply was lost returns its own result unconfirmed (the
+    # engine's documented choice); counted when another answer was stored meanwhile.
+    final: Record | None = out.finals.get(key)
+    reference = set(confirmed)
+    if final is not None and final.state is State.COMPLETED:
+        reference.add(_value(final.payload, key))
+    split = {c.value for c in answered if c.unconfirmed} - reference
+    if split and reference and not lost:
         r.stats["unconfirmed_answer_differs"] += 1
     # 3. one terminal record; 4. stored results are accepted effects
     payloads = set()
@@ -151,7 +157,6 @@ def _per_key(out: Outcome, r: Report, key: str, ops: list[Op], lost: int) -> Non
                 r.bad("stale_result", f"{key}: op {op.id} stored {a.payload!r}, not an effect")
     if len(payloads) > 1 and not lost:
         r.bad("one_terminal", f"{key}: stored payloads {sorted(map(repr, payloads))}")
-    final: Record | None = out.finals.get(key)
     if final is not None and final.state is State.COMPLETED and confirmed and not lost:
         stored = _value(final.payload, key)
         if stored not in confirmed:
