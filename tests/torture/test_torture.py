@@ -42,9 +42,9 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
 @pytest.mark.parametrize(
     ("backend", "runs"),
     [
-        ("memory", 300),
-        ("sqlite", 150),
-        *[pytest.param(p.values[0], 40, marks=p.marks) for p in SERVER_STORES],
+        ("memory", 200),
+        ("sqlite", 100),
+        *[pytest.param(p.values[0], 25, marks=p.marks) for p in SERVER_STORES],
     ],
     indirect=["backend"],
 )
