@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -135,4 +136,12 @@ def _terminate(signum: int, frame: object) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _terminate)
-    raise SystemExit(main(sys.argv[1:]))
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exc:  # SIGTERM mid-run: the backend was closed on the way out
+        code = exc.code if isinstance(exc.code, int) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not through interpreter shutdown: a run interrupted mid-way leaves suspended worker
+    # greenlets, whose unwinding at shutdown would call back into a scheduler that is gone.
+    os._exit(code)
