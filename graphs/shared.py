@@ -75,6 +75,8 @@ class WorkerConfig:
     store_url: str | None = None
     model: str | None = None
     verbose: bool = False
+    #: Run the multi-agent pipeline (:mod:`graphs.pipeline`) instead of the single agent.
+    pipeline: bool = False
 
     def thread_id(self, ticket: Ticket) -> str:
         return f"{ticket.ticket_id}@{self.run_id}"

@@ -130,7 +130,8 @@ def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
 def build_worker_agent(
     cfg: WorkerConfig, shared: Shared, slot: int
 ) -> tuple[RefundAgent, _KillSwitch]:
-    """The agent for ``cfg.mode``, wired to this slot's counters and kill switch."""
+    """The agent for ``cfg.mode`` (the pipeline when ``cfg.pipeline``), wired to this
+    slot's counters and kill switch."""
 
     def count(name: str) -> None:
         shared.count(slot, name)
@@ -167,17 +168,29 @@ def build_worker_agent(
 
     elif cfg.mode != "none":
         raise ValueError(f"unknown protection mode {cfg.mode!r}; expected one of {MODES}")
-    agent = build_refund_agent(
-        store,
-        _make_model(cfg, count),
-        sqlite_checkpointer(Path(cfg.workdir) / "checkpoints.sqlite"),
-        http=http,
-        idempotency=idempotency,
-        protect=protect,
-        after_refund_committed=kill,
-        on_refund_resent=lambda: count("refunds_resent"),
-        on_llm_call=lambda: count("llm_calls"),
-    )
+    checkpointer = sqlite_checkpointer(Path(cfg.workdir) / "checkpoints.sqlite")
+    hooks: dict[str, Any] = {
+        "http": http,
+        "idempotency": idempotency,
+        "protect": protect,
+        "after_refund_committed": kill,
+        "on_refund_resent": lambda: count("refunds_resent"),
+        "on_llm_call": lambda: count("llm_calls"),
+    }
+    if cfg.pipeline:
+        from .pipeline import build_pipeline_agent  # preloaded by the fork server
+
+        pipeline = build_pipeline_agent(
+            store,
+            checkpointer,
+            seed=cfg.seed,
+            error_rate=cfg.rates.llm_502,
+            drift_rate=cfg.rates.arg_drift,
+            on_fault=count,
+            **hooks,
+        )
+        return pipeline, kill
+    agent = build_refund_agent(store, _make_model(cfg, count), checkpointer, **hooks)
     return agent, kill
 
 

@@ -24,10 +24,31 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
+``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
+``_is_injected_arg_type``                       the id its replay answers
+                                                (:func:`injected_call_id_names`)
+``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
+``configurable["checkpoint_map"]``              call under ``scope="turn"``
+                                                (:func:`root_state_messages`)
+LangGraph's ``configurable                      the running task's scratchpad, which every
+["__pregel_scratchpad"]``                       thread of one task shares: approval's
+                                                per-task turns (:func:`task_scratchpad`)
+``scratchpad.interrupt_counter``                the task's ``interrupt()`` position counter;
+                                                its identity marks one run of the task,
+                                                replaced when LangGraph re-runs it
+                                                (:func:`interrupt_counter`)
+LangGraph's position-matched resumes            the n-th ``interrupt()`` of a task gets the
+                                                n-th answer; ``_asking`` records which call
+                                                each position asked about
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
                                                 (:class:`GraphMissingScopeError`)
+psycopg_pool's ``AsyncConnectionPool._pool``    the Postgres store closes an ending loop's
+(its deque of idle connections)                 idle connections itself, since ``close()``
+                                                cancelled with the loop stops before it
+                                                does (:func:`idle_connections`; imported
+                                                late, only then)
 ==============================================  ==============================================
 
 Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
@@ -58,12 +79,16 @@ if TYPE_CHECKING:
 __all__ = [
     "NEVER_TERMINAL",
     "PREGEL_READ",
+    "PREGEL_SCRATCHPAD",
     "DirectCall",
     "GraphMissingScopeError",
     "format_tool_output",
     "graph_state_messages",
+    "idle_connections",
     "injected_args_keys",
+    "interrupt_counter",
     "loud",
+    "task_scratchpad",
     "to_args_and_kwargs",
 ]
 
@@ -73,6 +98,9 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
+PREGEL_CHECKPOINTER = "__pregel_checkpointer"
+#: LangGraph's internal ``configurable`` key holding the running task's scratchpad.
+PREGEL_SCRATCHPAD = "__pregel_scratchpad"
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -106,6 +134,19 @@ def graph_state_messages(config: RunnableConfig) -> Any:
         return read("messages", False)
     except Exception:
         return None
+
+
+# -- the running task (approval's turns, :mod:`._asking`) ---------------------------------
+
+
+def task_scratchpad(config: RunnableConfig) -> Any:
+    """The running LangGraph task's scratchpad, or ``None`` outside a graph run."""
+    return (config.get("configurable") or {}).get(PREGEL_SCRATCHPAD)
+
+
+def interrupt_counter(scratchpad: Any) -> Any:
+    """The task's ``interrupt()`` position counter (one object per run of the task)."""
+    return scratchpad.interrupt_counter
 
 
 # -- BaseTool internals -------------------------------------------------------------------
@@ -216,3 +257,77 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+# -- psycopg_pool -------------------------------------------------------------------------
+
+
+def idle_connections(pool: Any) -> list[Any]:
+    """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
+    return list(getattr(pool, "_pool", ()))
+
+
+def root_state_messages(config: RunnableConfig) -> Any:
+    """The ``messages`` channel of the thread's outermost graph, read from its checkpoint
+    (the one this step started from when LangGraph's ``checkpoint_map`` names it, else the
+    latest), or ``None`` without a checkpointer or such a channel."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    thread_id = configurable.get("thread_id")
+    if saver is None or not hasattr(saver, "get_tuple") or thread_id is None:
+        return None
+    root: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    checkpoint_map = configurable.get("checkpoint_map")
+    if isinstance(checkpoint_map, dict) and checkpoint_map.get(""):
+        root["checkpoint_id"] = checkpoint_map[""]
+    try:
+        saved = saver.get_tuple({"configurable": root})
+        if saved is None and "checkpoint_id" in root:
+            del root["checkpoint_id"]
+            saved = saver.get_tuple({"configurable": root})
+    except Exception:  # a saver that cannot answer here (an async-only one): no outer turn
+        return None
+    if saved is None:
+        return None
+    return saved.checkpoint.get("channel_values", {}).get("messages")
+
+
+def injected_call_id_names(tool: Any) -> list[str]:
+    """The parameters of ``tool`` annotated ``InjectedToolCallId`` (its schema's and its
+    function's: a custom ``args_schema`` leaves it out), as LangChain finds them."""
+    import typing
+
+    from langchain_core.tools import InjectedToolCallId
+    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
+
+    hints: dict[str, Any] = {}
+    schema = getattr(tool, "args_schema", None)
+    if isinstance(schema, type):
+        hints.update(get_all_basemodel_annotations(schema))
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        if fn is not None:
+            try:
+                hints.update(typing.get_type_hints(fn, include_extras=True))
+            except Exception:  # unresolvable annotations: nothing to learn from them
+                continue
+    return [
+        name
+        for name, hint in hints.items()
+        if _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
+    ]
+
+
+def reads_graph_state(hint: Any) -> bool:
+    """Whether a parameter annotated ``hint`` is handed the graph state: ``InjectedState``
+    (LangGraph's marker, as ToolNode finds it) or a ``ToolRuntime``."""
+    import typing
+
+    from langchain_core.tools.base import _is_injected_arg_type
+    from langgraph.prebuilt import InjectedState, ToolRuntime
+
+    if _is_injected_arg_type(hint, injected_type=InjectedState):
+        return True
+    for candidate in (hint, typing.get_origin(hint), *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
+            return True
+    return False

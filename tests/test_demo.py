@@ -373,6 +373,7 @@ def small_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _run(tmp_path_factory.mktemp("runs"), "--protection", "none,idempotent")
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_every_fault_kind_fired_in_every_mode(small_batch: dict[str, Any]) -> None:
     assert set(small_batch) == {"none", "idempotent"}
     for mode in small_batch:
@@ -389,11 +390,13 @@ def test_every_fault_kind_fired_in_every_mode(small_batch: dict[str, Any]) -> No
         assert all(count > 0 for count in faults.values()), (mode, faults)
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_same_seeded_faults_hit_every_mode(small_batch: dict[str, Any]) -> None:
     for kind in ("worker_kill", "duplicate_delivery"):
         assert len({small_batch[m]["faults"][kind] for m in small_batch}) == 1, kind
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) -> None:
     result = small_batch["idempotent"]
     assert result["tickets_given_up"] == 0
@@ -413,6 +416,7 @@ def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) 
     assert result["provider"]["replayed"] > 0  # lost responses, deduplicated by the key
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[str, Any]) -> None:
     ledger = small_batch["none"]["ledger"]
     assert ledger["duplicate_refunds"] > 0
@@ -422,6 +426,7 @@ def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[
 
 
 @pytest.mark.redis
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_idempotent_on_redis_pays_every_refund_exactly_once(
     redis_server: Any, tmp_path: Path
 ) -> None:
@@ -436,6 +441,7 @@ def test_idempotent_on_redis_pays_every_refund_exactly_once(
     assert ledger["over_credited_cents"] == 0
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_idempotent_on_postgres_pays_every_refund_exactly_once_and_leaves_no_table(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -468,6 +474,7 @@ def test_a_memory_store_is_refused_for_a_batch_of_processes() -> None:
         BatchOptions(store="mysql://db/x")
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_default_run_needs_neither_redis_py_nor_psycopg() -> None:
     """The README's first command installs only the ``demo`` extra: a worker must not import
     the Redis or Postgres store unless ``--store`` asks for it."""
