@@ -307,6 +307,7 @@ def main(argv: list[str]) -> int:
     finally:
         if server is not None:
             server.stop()
+            shutil.rmtree(server.dir, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -182,6 +182,7 @@ class PostgresBackend(Backend):
                 store.close()
         if self.server is not None:
             self.server.stop()
+            shutil.rmtree(self.server.dir, ignore_errors=True)
 
 
 def open_backend(name: str, durability: str | None = None, url: str | None = None) -> Backend:
