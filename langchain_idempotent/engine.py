@@ -439,10 +439,12 @@ class Engine:
             self._emit(call, "release", ctx.fence, ctx.attempt)
 
     def _is_terminal(self, exc: BaseException) -> bool:
+        # A key reused with other arguments (a remote store said so, e.g. an MCP server)
+        # stays so on every retry: store it rather than asking again.
         return (
             isinstance(exc, Exception)
             and not isinstance(exc, self.never_terminal)
-            and isinstance(exc, self.policy.terminal_exceptions)
+            and isinstance(exc, (PayloadMismatchError, *self.policy.terminal_exceptions))
         )
 
     def _replay(self, call: _Call, payload: bytes | None, failed: bool) -> Any:
@@ -454,7 +456,7 @@ class Engine:
         except IdempotencyError as exc:
             self._emit(call, "store_error", detail={"op": "decode", "error": str(exc)})
             raise
-        raise failure.rebuild(self.policy.terminal_exceptions)
+        raise failure.rebuild((PayloadMismatchError, *self.policy.terminal_exceptions))
 
     def _emit(
         self,

@@ -124,6 +124,11 @@ FOREIGN_MODULES = [
     "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
+    "langchain_idempotent.mcp",
+    # the MCP SDK (docs/mcp.md)
+    "mcp",
+    "mcp.types",
+    "mcp.server.fastmcp",
     "langchain_idempotent.remote",
     "langgraph.pregel.remote",
     "langchain_idempotent.engine",
