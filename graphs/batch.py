@@ -126,6 +126,11 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log idempotency events")
+    p.add_argument(
+        "--no-boundary",
+        action="store_true",
+        help="idempotent mode without the side-effect mark (every takeover uncertain)",
+    )
     faults = p.add_argument_group("fault rates (probabilities; see graphs.faults)")
     for name, default in asdict(rates).items():
         faults.add_argument(
@@ -160,6 +165,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
             rates=FaultRates(**{name: getattr(a, name) for name in asdict(rates)}),
             progress=not a.no_progress,
             verbose=a.verbose,
+            boundary=not a.no_boundary,
             pipeline=a.pipeline,
         )
     except ValueError as exc:
@@ -238,6 +244,7 @@ def run_mode(
             store_url=opts.store,
             model=opts.model,
             verbose=opts.verbose,
+            boundary=opts.boundary,
             pipeline=opts.pipeline,
         )
         shared = Shared(
@@ -319,6 +326,7 @@ def run_mode(
         "drop_after_commit": pstats.get("drop_after_commit", 0),
         "latency": pstats.get("latency", 0),
         "worker_kill": counters["worker_kill"],
+        "kill_before_refund": counters["worker_kill_before"],
         "duplicate_delivery": twice,
     }
     given_up = sum(1 for s in shared.status[:] if s == FAILED)

@@ -40,6 +40,9 @@ class BatchOptions:
     - ``timeout``: abort a mode after this many seconds.
     - ``rates``: the fault rates (:class:`~graphs.faults.FaultRates`).
     - ``progress``: show a progress bar; ``verbose``: log idempotency events.
+    - ``boundary`` [``--no-boundary`` turns it off]: the idempotent mode marks the
+      provider's POSTs with ``side_effect()``, so a worker killed before its POST is a free
+      retry instead of an uncertain takeover.
     - ``pipeline`` [``--pipeline``]: run the tickets through the multi-agent pipeline
       (:mod:`graphs.pipeline`: a supervisor, triage, billing and notifications agents,
       node retries) instead of the single refund agent; scripted models only.
@@ -63,6 +66,7 @@ class BatchOptions:
     rates: FaultRates = field(default_factory=FaultRates)
     progress: bool = True
     verbose: bool = False
+    boundary: bool = True
     pipeline: bool = False
 
     def __post_init__(self) -> None:

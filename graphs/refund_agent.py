@@ -83,6 +83,7 @@ def refund_tools(
     protect: Callable[[list[BaseTool]], Sequence[BaseTool]] | None = None,
     after_refund_committed: Callable[[], None] | None = None,
     on_refund_resent: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
 ) -> list[BaseTool]:
     """``[lookup_invoice, issue_refund, notify_customer]`` on the provider, the effectful
     two protected as :func:`build_refund_agent` describes (its arguments of these names)."""
@@ -91,7 +92,11 @@ def refund_tools(
             raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
         http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
     lookup_invoice, issue_refund, notify_customer = make_tools(
-        http, after_refund_committed=after_refund_committed, on_refund_resent=on_refund_resent
+        http,
+        after_refund_committed=after_refund_committed,
+        on_refund_resent=on_refund_resent,
+        before_refund=before_refund,
+        mark_effects=store is not None and bool((idempotency or {}).get("boundary")),
     )
     effectful: list[BaseTool] = [issue_refund, notify_customer]
     if store is not None:
@@ -128,6 +133,7 @@ def build_refund_agent(
     after_refund_committed: Callable[[], None] | None = None,
     on_refund_resent: Callable[[], None] | None = None,
     on_llm_call: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
 ) -> RefundAgent:
     """Compile the refund agent.
 
@@ -142,8 +148,10 @@ def build_refund_agent(
       ``reconcile`` — e.g. :func:`~graphs.tools.make_reconcilers` — ...).
     - ``protect``: another wrapper for the effectful tools (the reference baseline);
       only used when ``store`` is ``None``.
-    - ``after_refund_committed``, ``on_refund_resent``, ``on_llm_call``: hooks for fault
-      injection and counting (see :func:`~graphs.tools.make_tools`).
+    - ``after_refund_committed``, ``before_refund``, ``on_refund_resent``, ``on_llm_call``:
+      hooks for fault injection and counting (see :func:`~graphs.tools.make_tools`).
+      With ``idempotency={"boundary": True, ...}`` the tools mark their POSTs with
+      ``side_effect()``.
     """
     tools = refund_tools(
         store,
@@ -153,6 +161,7 @@ def build_refund_agent(
         protect=protect,
         after_refund_committed=after_refund_committed,
         on_refund_resent=on_refund_resent,
+        before_refund=before_refund,
     )
     planner_model = model if model is not None else ScriptedRefundModel()
     bound = planner_model.bind_tools(tools)

@@ -1,352 +1,71 @@
-"""The tool calls of one model message, claimed together: one store round trip per step.
+"""Identical calls in one batch (one ``AIMessage`` asking for the same tool with the same
+arguments more than once): what ``identical_calls=`` does with the second and later ones.
 
-A model that asks for N tools at once writes one ``AIMessage`` with N tool calls; LangGraph
-runs them in one step, at once (``ToolNode`` maps them over a thread pool or gathers them;
-``create_agent`` sends each as its own task of the same step). Each call reaches its
-adapter (:class:`~langchain_idempotent.tool.IdempotentTool` or the middleware) on its own.
+``"share"`` (the default): they have one key, so they share one effect (the first runs,
+the others wait for it and replay its result). ``"run"``: the k-th identical call of the
+message gets a key of its own (the shared key and ``k``), so each runs once, and a retry
+of the same message still finds each one's record. ``"reject"``: the later ones are
+answered with an error ``ToolMessage`` and run nothing.
 
-How siblings find each other, deterministically: every call of the step sees the same
-message (the graph state's messages, the middleware's ``request.state``), so each computes
-the same *step identity* — the store, the thread, and the ids of all the message's tool
-calls, in order. The first call to arrive is the *leader*: it derives the keys of every
-sibling its store covers (the tools registered for that store, the ones the middleware
-names), makes one :meth:`~langchain_idempotent.stores.BaseIdempotencyStore.claim_many`
-with a fresh owner token per sibling, and files the answers under their keys. Every call
-(the leader too) then takes its own answer — the first one filed under its key — and
-hands it to the engine as :class:`~langchain_idempotent.engine.Claimed`: the engine's first
-claim is answered without a round trip (a replay costs nothing more; a busy key waits and
-claims again as usual). A call whose key is not in the batch (not derivable by the leader)
-claims on its own: batching can only save round trips, never change an answer.
-
-Leases: the batch takes each sibling's lease at the moment the step starts its tools,
-which is when each would have claimed anyway (the calls of one step run at once). A lease
-is only handed over within a *pickup window* — ``lease * min(renew_fraction,
-1 - renew_fraction)`` from the claim — so the sibling's first renewal is due before the
-lease runs out. A sibling that never comes for its claim in that window (it failed
-earlier, the step was cancelled, the thread pool queued it) does not keep its key locked
-until the lease expires: the claim is released (nothing ran) — or, for a takeover,
-abandoned with the takeover's reason, so the next claimant is still told the previous run's
-outcome is unknown — and a late sibling claims for itself.
-
-Nothing changes for a single call, for calls under approval (each is asked about before
-its claim) or outside a graph (no message to find siblings in).
+The batch is the last ``AIMessage`` of the graph's ``messages`` that holds this call's
+``tool_call_id``; calls are identical when their names and arguments are equal (as the
+model sent them: ``{"amount": 140}`` and ``{"amount": 140.0}`` are equal here too).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
-import logging
-import threading
-import time
-import weakref
-from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import hashlib
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal
 
-from .engine import Claimed, Engine, new_owner
-from .errors import IdempotencyError
-from .heartbeat import schedule_renewal
-from .record import Claim, ClaimOutcome
-from .stores.base import BaseIdempotencyStore, ClaimRequest
+from langchain_core.messages import AIMessage, ToolMessage
 
-if TYPE_CHECKING:
-    from ._call import PendingCall
+from .keys import DerivedKey
 
-__all__ = ["Sibling", "StepCalls", "atake", "step_calls", "take"]
+__all__ = ["IdenticalCalls", "position", "rejection", "separate"]
 
-log = logging.getLogger("langchain_idempotent.batch")
+#: What ``identical_calls=`` accepts.
+IdenticalCalls = Literal["share", "run", "reject"]
 
 
-@dataclass(frozen=True, slots=True)
-class Sibling:
-    """One call of the step that a batch may claim for: its engine and its derived call."""
-
-    engine: Engine
-    pending: PendingCall
-
-
-@dataclass(frozen=True, slots=True)
-class StepCalls:
-    """What a call knows of its step: the ids of all the message's tool calls, and how
-    to derive its siblings (asked only by the leader)."""
-
-    ids: tuple[str, ...]
-    siblings: Callable[[], Iterable[Sibling]]
-
-
-def step_calls(
-    messages: Any,
-    call_id: str | None,
-    siblings: Callable[[list[dict[str, Any]]], Iterable[Sibling]],
-) -> StepCalls | None:
-    """The step of ``call_id``: the last AI message in ``messages`` that asked for it, when
-    it asked for more than one call; else ``None`` (nothing to batch)."""
-    if call_id is None or not messages:
-        return None
+def position(messages: Any, tool_call_id: str, tool: str, args: Any) -> int:
+    """How many identical calls come before this one in its batch (0: the first, or no
+    batch to look at)."""
+    if not isinstance(messages, list):
+        return 0
     for message in reversed(messages):
-        calls = getattr(message, "tool_calls", None)
-        if not calls or getattr(message, "type", None) != "ai":
+        if not isinstance(message, AIMessage):
             continue
-        ids = tuple(str(c.get("id")) for c in calls)
-        if call_id not in ids:
+        ids = [tc.get("id") for tc in message.tool_calls]
+        if tool_call_id not in ids:
             continue
-        if len(ids) < 2:
-            return None
-        return StepCalls(ids, functools.partial(siblings, list(calls)))
-    return None
+        before = message.tool_calls[: ids.index(tool_call_id)]
+        return sum(1 for tc in before if tc["name"] == tool and _same(tc["args"], args))
+    return 0
 
 
-# -- the steps in flight ------------------------------------------------------------------
-
-_Ident = tuple[int, str | None, tuple[str, ...]]
-_Entry = tuple[ClaimRequest, Claim]
+def _same(a: Any, b: Any) -> bool:
+    return isinstance(a, Mapping) and isinstance(b, Mapping) and dict(a) == dict(b)
 
 
-class _Step:
-    """One step's batch: filled once by its leader, emptied by its siblings."""
-
-    __slots__ = ("claims", "deadline", "failed", "future", "ready", "store", "timer")
-
-    def __init__(self, store: BaseIdempotencyStore) -> None:
-        self.store = store
-        self.ready = threading.Event()
-        self.future: asyncio.Future[None] | None = None
-        self.claims: dict[str, deque[_Entry]] = {}
-        self.failed = False
-        self.deadline = float("inf")
-        self.timer: Any = None
-
-    def fill(
-        self, requests: Sequence[ClaimRequest], claims: Sequence[Claim], window: float
-    ) -> None:
-        with _lock:
-            for request, claim in zip(requests, claims, strict=True):
-                self.claims.setdefault(request.key, deque()).append((request, claim))
-            self.deadline = time.monotonic() + window
-        self.timer = schedule_renewal(window, self._expire)
-        self._wake()
-
-    def fail(self, window: float) -> None:
-        """No batch (the claim raised, or nothing to batch): every sibling claims on its
-        own. The step stays known for ``window``, so a late sibling does not lead again."""
-        with _lock:
-            self.failed = True
-            self.deadline = time.monotonic() + window
-        self._wake()
-
-    def _wake(self) -> None:
-        self.ready.set()
-        future = self.future
-        if future is not None and not future.done():
-            future.get_loop().call_soon_threadsafe(_resolve, future)
-
-    def pop(self, key: str) -> Claimed | None:
-        with _lock:
-            if self.failed or time.monotonic() >= self.deadline:
-                return None
-            entries = self.claims.get(key)
-            if not entries:
-                return None
-            request, claim = entries.popleft()
-            if not entries:
-                del self.claims[key]
-            empty = not self.claims
-        if empty:
-            self._forget()
-            if self.timer is not None:
-                self.timer.cancel()
-        return Claimed(request.owner, claim)
-
-    def _forget(self) -> None:
-        with _lock:
-            for ident, step in list(_steps.items()):
-                if step is self:
-                    del _steps[ident]
-
-    def _expire(self) -> bool:
-        """The pickup window is over: give back what nobody came for (scheduler thread)."""
-        self._forget()
-        with _lock:
-            self.deadline = 0.0
-            left = [entry for entries in self.claims.values() for entry in entries]
-            self.claims.clear()
-        for request, claim in left:
-            with contextlib.suppress(IdempotencyError):
-                _give_back(self.store, request, claim)
-        return False  # a one-shot: never rescheduled
+def separate(derived: DerivedKey, part: str) -> DerivedKey:
+    """A key of its own for a call the shared key must not cover: the k-th identical call
+    (``identical_calls="run"``, part ``identical:<k>``) or a call on a time-travel branch
+    (``on_fork="run"``, part ``fork:<checkpoint id>``). Fingerprint and meta are kept."""
+    digest = hashlib.sha256(f"{derived.key}\x00{part}".encode()).hexdigest()
+    return replace(derived, key=digest)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _give_back(store: BaseIdempotencyStore, request: ClaimRequest, claim: Claim) -> None:
-    """Undo a claim whose call never ran, as the protocol says for a run that did not start."""
-    if claim.outcome is ClaimOutcome.TAKEOVER:
-        store.abandon(
-            request.key,
-            owner=request.owner,
-            fence=claim.fence,
-            reason=claim.reason or "lease_expired",
-        )
-    elif claim.outcome.runs:
-        store.release(request.key, owner=request.owner, fence=claim.fence)
-    log.debug("batch: gave back the unused %s claim of %r", claim.outcome.name, request.key)
-
-
-_lock = threading.Lock()
-_steps: dict[_Ident, _Step] = {}
-
-
-def _join(me: Sibling, step: StepCalls) -> tuple[_Step, bool] | None:
-    """This call's step batch, and whether this call leads it (makes the claim)."""
-    if me.engine.policy.approval or me.pending.tool_call_id is None:
-        return None
-    store = me.engine.store
-    ident: _Ident = (id(store), me.pending.thread_id, step.ids)
-    with _lock:
-        now = time.monotonic()
-        for old in [i for i, s in _steps.items() if s.deadline <= now]:
-            del _steps[old]  # failed steps whose window passed
-        batch = _steps.get(ident)
-        if batch is not None and batch.store is store:
-            return batch, False
-        batch = _steps[ident] = _Step(store)
-    return batch, True
-
-
-def _window(engine: Engine) -> float:
-    policy = engine.policy
-    return policy.lease_s * min(policy.renew_fraction, 1 - policy.renew_fraction)
-
-
-def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
-    """The leader's claims: every sibling on the same store, not under approval, with a
-    fresh owner token; and the pickup window (the shortest of their engines')."""
-    store = me.engine.store
-    requests: list[ClaimRequest] = []
-    window = float("inf")
-    seen: set[str | None] = set()
-    for sibling in step.siblings():
-        engine, pending = sibling.engine, sibling.pending
-        if engine.store is not store or engine.policy.approval or pending.tool_call_id in seen:
-            continue
-        seen.add(pending.tool_call_id)
-        policy = engine.policy
-        requests.append(
-            ClaimRequest(
-                pending.derived.key,
-                new_owner(),
-                pending.derived.fingerprint,
-                policy.lease_ms,
-                policy.ttl_ms,
-                policy.on_expired,
-                pending.derived.meta,
-            )
-        )
-        window = min(window, _window(engine))
-    return requests, window
-
-
-def _plan(me: Sibling, step: StepCalls, batch: _Step) -> tuple[list[ClaimRequest], float] | None:
-    """The leader's claims and pickup window, or ``None`` (the batch failed: fewer than two
-    calls to claim, or a sibling's key could not be derived — that sibling will say why)."""
-    try:
-        requests, window = _requests(me, step)
-    except Exception:
-        log.debug("batch: a sibling's key could not be derived; no batch", exc_info=True)
-        requests, window = [], 0.0
-    if len(requests) < 2:
-        batch.fail(_window(me.engine))
-        return None
-    return requests, window
-
-
-def _failed(me: Sibling, batch: _Step, exc: BaseException) -> None:
-    """The batch claim raised: every sibling claims on its own, and meets a store error in
-    the engine's flow (``fail_open`` and all). A cancellation is raised on."""
-    batch.fail(_window(me.engine))
-    if not isinstance(exc, Exception):
-        raise exc
-    log.debug("batch: claim_many failed (%s); each call claims on its own", exc)
-
-
-def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
-    """This call's claim from its step's batch (made now if this call leads), or ``None``:
-    the call claims on its own."""
-    if step is None:
-        return None
-    joined = _join(me, step)
-    if joined is None:
-        return None
-    batch, leader = joined
-    if leader:
-        plan = _plan(me, step, batch)
-        if plan is None:
-            return None
-        requests, window = plan
-        try:
-            claims = me.engine.store.claim_many(requests)
-        except BaseException as exc:
-            _failed(me, batch, exc)
-            return None
-        batch.fill(requests, claims, window)
-    elif not batch.ready.wait(timeout=me.engine.policy.lease_s):
-        return None
-    return batch.pop(me.pending.derived.key)
-
-
-async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
-    """:func:`take` for async callers: the leader awaits ``aclaim_many``; siblings on the
-    same loop await it without blocking the loop."""
-    if step is None:
-        return None
-    joined = _join(me, step)
-    if joined is None:
-        return None
-    batch, leader = joined
-    if leader:
-        batch.future = asyncio.get_running_loop().create_future()
-        plan = _plan(me, step, batch)
-        if plan is None:
-            return None
-        requests, window = plan
-        try:
-            claims = await me.engine.store.aclaim_many(requests)
-        except BaseException as exc:
-            _failed(me, batch, exc)
-            return None
-        batch.fill(requests, claims, window)
-    else:
-        future = batch.future
-        timeout = me.engine.policy.lease_s
-        if future is not None and future.get_loop() is asyncio.get_running_loop():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(future), timeout)
-        elif not batch.ready.is_set():
-            await asyncio.to_thread(batch.ready.wait, timeout)
-        if not batch.ready.is_set():
-            return None
-    return batch.pop(me.pending.derived.key)
-
-
-# -- the tools a store covers (IdempotentTool's siblings) ---------------------------------
-
-_tools: weakref.WeakKeyDictionary[BaseIdempotencyStore, dict[str, Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def register(store: BaseIdempotencyStore, tool: Any) -> None:
-    """Make ``tool`` (an ``IdempotentTool`` on ``store``) findable by its siblings' leader."""
-    with _lock:
-        _tools.setdefault(store, {})[tool.name] = tool
-
-
-def registered(store: BaseIdempotencyStore, name: str) -> Any:
-    with _lock:
-        return _tools.get(store, {}).get(name)
+def rejection(tool: str, tool_call_id: str | None, k: int) -> ToolMessage:
+    """The answer to a refused identical call (``identical_calls="reject"``)."""
+    return ToolMessage(
+        content=(
+            f"refused: this is identical call number {k + 1} to {tool} with the same "
+            "arguments in one message; only the first one runs (identical_calls='reject'). "
+            "Ask again in a new message if the effect must happen more than once."
+        ),
+        tool_call_id=tool_call_id or "",
+        name=tool,
+        status="error",
+    )

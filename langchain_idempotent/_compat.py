@@ -24,14 +24,18 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"``, and the ``AIMessage`` whose
-                                                parallel calls claim in one batch (:mod:`._batch`)
-                                                (:func:`graph_state_messages`)
+                                                parallel calls claim in one batch
+                                                (:mod:`._siblings`; :func:`graph_state_messages`)
 ``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
 ``_is_injected_arg_type``                       the id its replay answers
                                                 (:func:`injected_call_id_names`)
 ``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
 ``configurable["checkpoint_map"]``              call under ``scope="turn"``
                                                 (:func:`root_state_messages`)
+the same two keys                               under ``on_fork="run"``: the checkpoint a
+                                                task runs from, and its metadata's ``source``
+                                                (``"fork"`` / ``"update"``: a time-travel
+                                                branch) (:func:`forked_from`)
 LangGraph's ``configurable                      the running task's scratchpad, which every
 ["__pregel_scratchpad"]``                       thread of one task shares: approval's
                                                 per-task turns (:func:`task_scratchpad`)
@@ -84,6 +88,7 @@ __all__ = [
     "PREGEL_SCRATCHPAD",
     "DirectCall",
     "GraphMissingScopeError",
+    "forked_from",
     "format_tool_output",
     "graph_state_messages",
     "idle_connections",
@@ -101,6 +106,9 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
 PREGEL_CHECKPOINTER = "__pregel_checkpointer"
+#: The checkpoint sources LangGraph writes at the start of a time-travel branch: a
+#: ``update_state`` (``"update"``) or a run resumed from an earlier checkpoint (``"fork"``).
+FORK_SOURCES = ("fork", "update")
 #: LangGraph's internal ``configurable`` key holding the running task's scratchpad.
 PREGEL_SCRATCHPAD = "__pregel_scratchpad"
 
@@ -125,6 +133,29 @@ def loud(error: MissingScopeError) -> MissingScopeError:
 
 
 # -- the graph state ------------------------------------------------------------------------
+
+
+def forked_from(config: RunnableConfig) -> str | None:
+    """The id of the checkpoint this task runs from when it starts a time-travel branch
+    (its metadata's ``source`` is ``"fork"`` or ``"update"``), else ``None`` (also outside
+    a graph or without a checkpointer). One checkpointer read."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    checkpoint_id = (configurable.get("checkpoint_map") or {}).get("")
+    thread_id = configurable.get("thread_id")
+    if saver is None or not checkpoint_id or thread_id is None:
+        return None
+    at = {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+    saved = saver.get_tuple(at)
+    if saved is None or (saved.metadata or {}).get("source") not in FORK_SOURCES:
+        return None
+    return str(checkpoint_id)
 
 
 def graph_state_messages(config: RunnableConfig) -> Any:

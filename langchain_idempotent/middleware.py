@@ -32,10 +32,12 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from ._batch import Sibling, StepCalls, step_calls
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import format_tool_output
+from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
+from .context import passthrough
+from .engine import Engine
 from .events import EventHook
 from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
 from .policy import Policy, PolicyOptions
@@ -78,13 +80,15 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if not names or not all(isinstance(n, str) and n for n in names):
             raise ValueError("IdempotencyMiddleware(tools=...) needs the names of the tools")
         self.tool_names = frozenset(names)
-        hooks = options.get("reconcile")
-        if isinstance(hooks, Mapping):
-            unknown = sorted(set(hooks) - self.tool_names)
+        for option in ("reconcile", "effect"):
+            per_tool = options.get(option)
+            unknown = (
+                sorted(set(per_tool) - self.tool_names) if isinstance(per_tool, Mapping) else []
+            )
             if unknown:
                 raise ValueError(
-                    f"reconcile= names {', '.join(unknown)}, which tools= does not: a hook is "
-                    "only asked for the tools this middleware makes idempotent"
+                    f"{option}= names {', '.join(unknown)}, which tools= does not: it only "
+                    "applies to the tools this middleware makes idempotent"
                 )
         self.engine = build_engine(
             store, policy=policy, options=options, on_event=on_event, who="IdempotencyMiddleware"
@@ -95,18 +99,19 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], _Result],
     ) -> _Result:
-        config = _config(request)
+        config, engine = _config(request), self._engine(request)
+        if engine is not None and engine.policy.effect_class == "read":
+            with passthrough(request.tool_call["name"]):  # straight through: no store
+                return handler(request)
         pending = self._pending(request, config)
-        if pending is None:
+        if pending is None or engine is None:
             return handler(request)
-        verdict = decide(pending, self.engine, config)
+        verdict = decide(pending, engine, config)
         if verdict.rejection is not None:
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
-        step = self._step(request, config, pending)
-        result = pending.run(
-            self.engine, lambda: unmemoized_if_error(handler(request)), config, step
-        )
+        step = self._step(request, config, engine, pending)
+        result = pending.run(engine, lambda: unmemoized_if_error(handler(request)), config, step)
         return _as_message(result, request, pending) if pending.replayed else result
 
     async def awrap_tool_call(
@@ -114,11 +119,14 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[_Result]],
     ) -> _Result:
-        config = _config(request)
+        config, engine = _config(request), self._engine(request)
+        if engine is not None and engine.policy.effect_class == "read":
+            with passthrough(request.tool_call["name"]):
+                return await handler(request)
         pending = self._pending(request, config)
-        if pending is None:
+        if pending is None or engine is None:
             return await handler(request)
-        verdict = await adecide(pending, self.engine, config)
+        verdict = await adecide(pending, engine, config)
         if verdict.rejection is not None:
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
@@ -126,16 +134,21 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         async def action() -> Any:
             return unmemoized_if_error(await handler(request))
 
-        step = self._step(request, config, pending)
-        result = await pending.arun(self.engine, action, config, step)
+        step = self._step(request, config, engine, pending)
+        result = await pending.arun(engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
 
+    def _engine(self, request: ToolCallRequest) -> Engine | None:
+        """The engine of a tool this middleware wraps (its effect class applied)."""
+        name = request.tool_call["name"]
+        return self.engine.for_tool(name) if name in self.tool_names else None
+
     def _step(
-        self, request: ToolCallRequest, config: RunnableConfig, pending: PendingCall
+        self, request: ToolCallRequest, config: RunnableConfig, engine: Engine, pending: PendingCall
     ) -> StepCalls | None:
         """The other calls of this call's model message (the state every call of the step
         is given), to claim with it in one round trip; the tools from the call's runtime."""
-        if self.engine.policy.approval:
+        if engine.policy.approval:
             return None
 
         def siblings(calls: list[dict[str, Any]]) -> list[Sibling]:
@@ -143,15 +156,18 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             out = []
             for call in calls:
                 if call.get("id") == pending.tool_call_id:
-                    out.append(Sibling(self.engine, pending))
+                    out.append(Sibling(engine, pending))
                     continue
                 tool = tools.get(call.get("name"))
                 if tool is None:
                     continue
                 other = request.override(tool_call=cast(Any, call), tool=tool)
+                theirs = self._engine(other)
+                if theirs is None or theirs.policy.effect_class == "read":
+                    continue
                 derived = self._pending(other, config)
                 if derived is not None:
-                    out.append(Sibling(self.engine, derived))
+                    out.append(Sibling(theirs, derived))
             return out
 
         return step_calls(_messages(request.state), pending.tool_call_id, siblings)
@@ -160,7 +176,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         call = request.tool_call
         if call["name"] not in self.tool_names or request.tool is None:
             return None
-        policy = self.engine.policy
+        policy = self.engine.for_tool(call["name"]).policy
         if policy.scope == "turn" and not _nested(config):  # nested: the outermost turn
             turn = _turn_from_state(request.state)
             if turn is not None:

@@ -33,13 +33,14 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from . import _batch
-from ._batch import Sibling, StepCalls, step_calls
+from . import _siblings
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import DirectCall, graph_state_messages, injected_args_keys, to_args_and_kwargs
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._replay import direct_call_id
+from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
+from .context import passthrough
 from .engine import Engine
 from .events import EventHook
 from .keys import model_schema
@@ -106,7 +107,7 @@ class IdempotentTool(BaseTool):
             if inner.handle_tool_error and direct is None
             else inner
         )
-        _batch.register(engine.store, self)  # findable by the leader of a step's batch
+        _siblings.register(engine.store, self)  # findable by the leader of a step's batch
 
     # -- what the model and ToolNode see: exactly the inner tool ------------------------
 
@@ -173,6 +174,9 @@ class IdempotentTool(BaseTool):
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.policy.effect_class == "read":  # straight through: no key, no store
+            with passthrough(self.name):
+                return self.inner.invoke(input, config, **kwargs)
         if self._handoff == "rerun":  # control flow: the current state's answer, every time
             return self.inner.invoke(input, config, **kwargs)
         config = ensure_config(config)
@@ -189,6 +193,9 @@ class IdempotentTool(BaseTool):
             _pending.reset(token)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.policy.effect_class == "read":
+            with passthrough(self.name):
+                return await self.inner.ainvoke(input, config, **kwargs)
         if self._handoff == "rerun":
             return await self.inner.ainvoke(input, config, **kwargs)
         config = ensure_config(config)
@@ -264,7 +271,7 @@ class IdempotentTool(BaseTool):
 
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
-        it in one round trip: those of tools wrapped on the same store (:mod:`._batch`)."""
+        it in one round trip: those of tools wrapped on the same store (:mod:`._siblings`)."""
         if pending.tool_call_id is None or self.policy.approval:
             return None
         store = self.engine.store
@@ -275,7 +282,7 @@ class IdempotentTool(BaseTool):
                 if call.get("id") == pending.tool_call_id:
                     out.append(Sibling(self.engine, pending))
                     continue
-                tool = _batch.registered(store, call.get("name", ""))
+                tool = _siblings.registered(store, call.get("name", ""))
                 if isinstance(tool, IdempotentTool):
                     derived = tool._derive({**call, "type": "tool_call"}, config)
                     if derived is not None:
@@ -396,7 +403,7 @@ def idempotent(
             t = as_tool(t)
         if not single and not is_handoff(t):
             handoff = None
-        return IdempotentTool(t, engine=engine, handoff=handoff)
+        return IdempotentTool(t, engine=engine.for_tool(t.name), handoff=handoff)
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]

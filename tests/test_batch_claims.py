@@ -22,7 +22,12 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
-from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, _batch, idempotent
+from langchain_idempotent import (
+    IdempotencyMiddleware,
+    InMemoryIdempotencyStore,
+    _siblings,
+    idempotent,
+)
 from langchain_idempotent._call import PendingCall
 from langchain_idempotent.engine import Engine
 from langchain_idempotent.policy import Policy
@@ -207,7 +212,7 @@ def test_four_calls_through_create_agent_claim_and_replay_in_one_round_trip(
         assert effects.count() == N
 
 
-def test_create_agent_batches_only_the_tools_the_middleware_names(store: CountingStore) -> None:
+def test_create_agent_siblingses_only_the_tools_the_middleware_names(store: CountingStore) -> None:
     effects = Effects()
     agent = create_agent(
         ScriptedChatModel(script=[four_calls("n"), final()]),
@@ -223,7 +228,7 @@ def test_create_agent_batches_only_the_tools_the_middleware_names(store: Countin
 # -- a sibling that never comes ---------------------------------------------------------
 
 
-def _sibling(engine: Engine, tool_call_id: str) -> _batch.Sibling:
+def _sibling(engine: Engine, tool_call_id: str) -> _siblings.Sibling:
     pending = PendingCall.derive(
         tool="t",
         schema=None,
@@ -234,7 +239,7 @@ def _sibling(engine: Engine, tool_call_id: str) -> _batch.Sibling:
         policy=engine.policy,
     )
     assert pending is not None
-    return _batch.Sibling(engine, pending)
+    return _siblings.Sibling(engine, pending)
 
 
 def _wait_until(check: Any, timeout: float = 10.0) -> bool:
@@ -259,11 +264,11 @@ def test_a_sibling_that_never_runs_gives_its_lease_back_after_the_pickup_window(
     store.claim(key, owner="dead", fingerprint=fp, lease_ms=1, ttl_ms=60_000)
     time.sleep(0.01)
     short = Engine(store, Policy(lease=0.3, ttl=60.0))  # a 0.1 s window for the test
-    step_short = _batch.StepCalls(
+    step_short = _siblings.StepCalls(
         ("c0", "c1", "c2"),
-        lambda: [_batch.Sibling(short, s.pending) for s in (me, gone, taken)],
+        lambda: [_siblings.Sibling(short, s.pending) for s in (me, gone, taken)],
     )
-    mine = _batch.take(_batch.Sibling(short, me.pending), step_short)
+    mine = _siblings.take(_siblings.Sibling(short, me.pending), step_short)
     assert mine is not None and mine.claim.outcome is ClaimOutcome.ACQUIRED
     gone_key = gone.pending.derived.key
     assert store.get(gone_key).state is State.RUNNING  # type: ignore[union-attr]
@@ -274,12 +279,12 @@ def test_a_sibling_that_never_runs_gives_its_lease_back_after_the_pickup_window(
     assert again.reason == "lease_expired"
     # A late sibling's old claim is gone (the window passed): it leads a new batch and
     # acquires the released key afresh (the fence still grows).
-    late = _batch.take(_batch.Sibling(short, gone.pending), step_short)
+    late = _siblings.take(_siblings.Sibling(short, gone.pending), step_short)
     assert late is not None and late.claim.outcome is ClaimOutcome.ACQUIRED
     assert late.claim.fence == 2
 
 
-def test_claim_many_of_a_store_without_its_own_batch_claims_one_by_one() -> None:
+def test_claim_many_of_a_store_without_its_own_siblings_claims_one_by_one() -> None:
     """Third-party stores keep working: the base class's default loops over ``claim``."""
     inner = InMemoryIdempotencyStore()
 
@@ -295,7 +300,7 @@ def test_claim_many_of_a_store_without_its_own_batch_claims_one_by_one() -> None
     assert asyncio.run(store.aclaim_many([])) == []
 
 
-def test_a_failed_batch_claim_sends_every_call_to_claim_on_its_own(tmp_path: Path) -> None:
+def test_a_failed_siblings_claim_sends_every_call_to_claim_on_its_own(tmp_path: Path) -> None:
     """claim_many unreachable (here: refused) while claim works: all four calls still claim,
     run once and answer; nothing is lost to the failed batch."""
     from langchain_idempotent.errors import StoreUnavailableError
@@ -315,7 +320,7 @@ def test_a_failed_batch_claim_sends_every_call_to_claim_on_its_own(tmp_path: Pat
     assert effects.count() == N
 
 
-def test_each_sibling_holds_its_lease_under_the_owner_token_the_batch_claimed_it_with(
+def test_each_sibling_holds_its_lease_under_the_owner_token_the_siblings_claimed_it_with(
     store: CountingStore,
 ) -> None:
     """The charge on card B fails with a handled error, so its call releases the key —

@@ -137,6 +137,41 @@ def test_a_running_graph_exposes_its_state_to_a_tool() -> None:
     assert _compat.graph_state_messages({}) is None
 
 
+def test_a_task_on_a_time_travel_branch_sees_the_checkpoint_that_started_it() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    seen: list[str | None] = []
+
+    def step(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        configurable = config.get("configurable") or {}
+        for name in (_compat.PREGEL_CHECKPOINTER, "checkpoint_map"):
+            assert name in configurable, moved(f"LangGraph's configurable[{name!r}]")
+        seen.append(_compat.forked_from(config))
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("first", lambda state: {})
+    builder.add_node("step", step)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "step")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": []}, config)
+    before = next(s for s in graph.get_state_history(config) if s.next == ("step",))
+    graph.invoke(None, before.config)  # resumed from an earlier checkpoint: a "fork"
+    branch = graph.update_state(before.config, {"messages": []}, as_node="first")
+    graph.invoke(None, branch)  # an update_state branch: "update"
+    sources = {
+        s.config["configurable"]["checkpoint_id"]: s.metadata.get("source")
+        for s in graph.get_state_history(config)
+    }
+    assert seen[0] is None
+    assert [sources.get(cid or "") for cid in seen[1:]] == ["fork", "update"], moved(
+        "LangGraph's checkpoint metadata source 'fork' / 'update'"
+    )
+    assert _compat.forked_from({}) is None
+
+
 def test_langgraph_still_names_its_config_keys_as_compat_does() -> None:
     try:
         from langgraph._internal._constants import CONFIG_KEY_READ, CONFIG_KEY_SCRATCHPAD

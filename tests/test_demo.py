@@ -356,7 +356,8 @@ SMALL_BATCH = [
     "--wait-timeout", "5", "--backoff-base", "0.02", "--backoff-cap", "0.3",
     "--llm-502", "0.05", "--arg-drift", "0.3", "--provider-502", "0.05",
     "--drop-after-commit", "0.08", "--latency", "0.05", "--latency-s", "0.05",
-    "--worker-kill", "0.08", "--duplicate-delivery", "0.08", "--no-progress",
+    "--worker-kill", "0.08", "--kill-before-refund", "0.08", "--duplicate-delivery", "0.08",
+    "--no-progress",
 ]  # fmt: skip
 
 
@@ -385,14 +386,27 @@ def test_every_fault_kind_fired_in_every_mode(small_batch: dict[str, Any]) -> No
             "drop_after_commit",
             "latency",
             "worker_kill",
+            "kill_before_refund",
             "duplicate_delivery",
         }
         assert all(count > 0 for count in faults.values()), (mode, faults)
 
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
+def test_a_worker_killed_before_its_post_is_a_free_retry_not_a_reconciled_takeover(
+    small_batch: dict[str, Any],
+) -> None:
+    result = small_batch["idempotent"]
+    counters, faults = result["counters"], result["faults"]
+    assert counters["free_retries"] == faults["kill_before_refund"] > 0
+    # Only the workers killed after the provider committed are asked about, and found.
+    assert counters["reconciled_found"] == faults["worker_kill"]
+    assert counters["reconciled_not_found"] == 0
+
+
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_same_seeded_faults_hit_every_mode(small_batch: dict[str, Any]) -> None:
-    for kind in ("worker_kill", "duplicate_delivery"):
+    for kind in ("worker_kill", "kill_before_refund", "duplicate_delivery"):
         assert len({small_batch[m]["faults"][kind] for m in small_batch}) == 1, kind
 
 

@@ -214,3 +214,41 @@ async def test_params_is_refused_when_the_server_does_not_advertise_it(
     ):
         await tool.ainvoke({"order_id": "params", "amount": 1})
     assert bank.rows.count("params") == 0
+
+
+# -- the private MCP attributes langchain_idempotent/mcp/_compat.py reads -----------------
+
+
+@pytest.mark.parametrize("package", ["fastmcp", "mcp.server.fastmcp"])
+def test_both_fastmcps_keep_their_low_level_server_where_the_shim_installs(package: str) -> None:
+    import importlib
+
+    from mcp.server.lowlevel import Server
+
+    from langchain_idempotent.mcp._compat import lowlevel_server
+
+    server = importlib.import_module(package).FastMCP("compat")
+    lowlevel = lowlevel_server(server)
+    assert isinstance(lowlevel, Server), (
+        f"{package}.FastMCP moved _mcp_server: update mcp/_compat.py"
+    )
+    assert isinstance(lowlevel.request_handlers, dict)
+    assert lowlevel_server(lowlevel) is lowlevel
+
+
+def test_a_server_session_keeps_the_options_it_was_opened_with() -> None:
+    import anyio
+    from mcp.server.models import InitializationOptions
+    from mcp.server.session import ServerSession
+
+    from langchain_idempotent.mcp._compat import init_options
+
+    options = InitializationOptions(
+        server_name="compat", server_version="0", capabilities=types.ServerCapabilities()
+    )
+    send, receive = anyio.create_memory_object_stream[Any](1)
+    session = ServerSession(receive, send, options)
+    assert init_options(session) is options, (
+        "ServerSession moved _init_options: update mcp/_compat.py"
+    )
+    assert init_options(object()) is None

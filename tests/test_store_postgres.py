@@ -143,9 +143,10 @@ def test_a_replay_is_answered_by_a_plain_read_without_the_claim_function(
         pg_url,
         f"CREATE OR REPLACE FUNCTION {pg_table}_claim(p_key text, p_owner text, "
         "p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint, p_takeover boolean, "
-        "p_meta jsonb, p_sweep integer, OUT outcome text, OUT o_fence bigint, "
-        "OUT o_attempt bigint, OUT retry_after_ms bigint, OUT failed boolean, "
-        "OUT payload bytea, OUT reason text) LANGUAGE plpgsql AS "
+        "p_meta jsonb, p_sweep integer, p_boundary boolean, OUT outcome text, "
+        "OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint, "
+        "OUT failed boolean, OUT payload bytea, OUT reason text, OUT entered boolean) "
+        "LANGUAGE plpgsql AS "
         "$$ BEGIN RAISE EXCEPTION 'the claim function was called'; END $$",
     )
     replay = claim(store, "done", "b")

@@ -58,6 +58,7 @@ from ..events import EventHook
 from ..policy import Policy, PolicyOptions
 from ..reconcile import ReconcileCall, ReconcileOption, Reconciler, check_reconcile
 from ..stores.base import BaseIdempotencyStore
+from ._compat import init_options, lowlevel_server
 from ._wire import CAPABILITY, HEADER, META_PREFIX, check_key, check_prefix, error_data
 
 __all__ = ["McpIdempotency"]
@@ -125,7 +126,7 @@ class McpIdempotency:
         """Protect ``server`` (a ``fastmcp.FastMCP``, the SDK's ``FastMCP`` or a low-level
         ``Server``) and return it. Installing the same instance twice does nothing; a
         second ``McpIdempotency`` on one server is refused (one would run inside the other)."""
-        lowlevel = getattr(server, "_mcp_server", server)
+        lowlevel = lowlevel_server(server)
         handlers = getattr(lowlevel, "request_handlers", None)
         if not isinstance(handlers, dict):
             raise TypeError(
@@ -167,7 +168,7 @@ class McpIdempotency:
             fastmcp_context = context.fastmcp_context
             self.install(fastmcp_context.fastmcp)
             # This session's options were made before the install: advertise here too.
-            options = getattr(fastmcp_context.session, "_init_options", None)
+            options = init_options(fastmcp_context.session)
             if options is not None:
                 options.capabilities = self.advertise(options.capabilities)
         return await call_next(context)

@@ -18,6 +18,7 @@ from ..protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
+    decide_mark_effect,
     decide_release,
     decide_renew,
 )
@@ -71,10 +72,11 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         with self._lock:
             return self._claim(
-                key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, self.now_ms()
+                key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary, self.now_ms()
             )
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
@@ -83,7 +85,15 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             now = self.now_ms()
             return [
                 self._claim(
-                    r.key, r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, r.meta, now
+                    r.key,
+                    r.owner,
+                    r.fingerprint,
+                    r.lease_ms,
+                    r.ttl_ms,
+                    r.on_expired,
+                    r.meta,
+                    r.boundary,
+                    now,
                 )
                 for r in requests
             ]
@@ -97,6 +107,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy,
         meta: Mapping[str, str] | None,
+        boundary: bool,
         now: int,
     ) -> Claim:
         """One claim, the lock held."""
@@ -109,6 +120,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             lease_ms=lease_ms,
             on_expired=on_expired,
             meta=meta,
+            boundary=boundary,
         )
         if new is not None:
             self._records[key] = (new, now + max(ttl_ms, lease_ms))
@@ -181,6 +193,15 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             self._wakeup.notify(key)
         return ok
 
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        with self._lock:
+            now = self.now_ms()
+            entry = self._records.get(key)
+            ok, new = decide_mark_effect(self._read(key, now), owner=owner, fence=fence, now=now)
+            if new is not None and entry is not None:
+                self._records[key] = (new, entry[1])
+            return ok
+
     def get(self, key: str) -> Record | None:
         with self._lock:
             return self._read(key, self.now_ms())
@@ -248,6 +269,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         return self.claim(
             key,
@@ -257,6 +279,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             ttl_ms=ttl_ms,
             on_expired=on_expired,
             meta=meta,
+            boundary=boundary,
         )
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
@@ -295,6 +318,9 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
         return self.abandon(key, owner=owner, fence=fence, reason=reason)
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return self.mark_effect(key, owner=owner, fence=fence)
 
     async def aget(self, key: str) -> Record | None:
         return self.get(key)

@@ -58,6 +58,15 @@ class BatchClaimContract(ContractBase):
         ]
         assert claims[0].payload == b"stored"
 
+    async def test_a_batch_claims_with_each_requests_boundary_as_one_claim_would(
+        self, face: Face
+    ) -> None:
+        marked, plain = new_key("marked"), new_key("plain")
+        r_marked = ClaimRequest(marked, "a", FP, LONG_MS, TTL_MS, boundary=True)
+        await face.claim_many([r_marked, request(plain, "a")])
+        assert require(await face.get(marked)).effect == "before"
+        assert require(await face.get(plain)).effect == "unmarked"
+
     async def test_a_batch_after_expired_leases_takes_them_over(self, face: Face) -> None:
         keys = [new_key(f"x{i}") for i in range(3)]
         for k in keys:
@@ -159,11 +168,19 @@ async def _check(face: Face, case: _Case) -> None:
 
 
 def _answer(c: Claim) -> tuple[object, ...]:
-    return (c.outcome, c.fence, c.attempt, c.failed, c.payload, c.reason)
+    return (c.outcome, c.fence, c.attempt, c.failed, c.payload, c.reason, c.entered)
 
 
 def _shape(rec: Record | None) -> tuple[object, ...] | None:
     """A record without its key and times (the two key sets were written moments apart)."""
     if rec is None:
         return None
-    return (rec.state, rec.owner, rec.fence, rec.fingerprint, rec.attempt, rec.payload)
+    return (
+        rec.state,
+        rec.owner,
+        rec.fence,
+        rec.fingerprint,
+        rec.attempt,
+        rec.payload,
+        rec.effect,
+    )

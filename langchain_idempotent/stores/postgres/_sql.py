@@ -3,7 +3,8 @@
 - **Schema.** :data:`_MIGRATIONS` holds one entry per *shipped* schema version, append-only
   (like ``PostgresSaver``'s ``MIGRATIONS``); ``setup()`` applies those above the version
   stored for the table in ``langchain_idempotent_schema`` (:meth:`_Queries.migrations`).
-  Version 1, the only one so far, is the table, its indexes and the two PL/pgSQL functions,
+  Version 1, the only one so far, is the table (with the side-effect mark, ``effect``),
+  its indexes and the two PL/pgSQL functions,
   ``<table>_claim`` and ``<table>_complete``, which implement the decision table of
   :mod:`langchain_idempotent.protocol` (comments name the rows). Each function is headed by
   comments naming every parameter and what it returns, like the Redis store's Lua scripts.
@@ -31,6 +32,7 @@ from ...record import (
     Claim,
     ClaimOutcome,
     Completion,
+    EffectMark,
     Record,
     State,
     UncertainReason,
@@ -42,9 +44,10 @@ SCHEMA_VERSION = 1
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 _STATES = {s.value: s for s in State}
 _REASONS: dict[str, UncertainReason] = {r: r for r in get_args(UncertainReason)}
+_EFFECTS: dict[str, EffectMark] = {e: e for e in get_args(EffectMark)}
 _COLUMNS = (
     "key, state, owner, fence, lease_until, fingerprint, attempt, payload, "
-    "created_at, updated_at, version, meta"
+    "created_at, updated_at, version, meta, effect"
 )
 #: The server's clock in milliseconds: every lease and expiry is measured on it.
 _NOW = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -76,6 +79,8 @@ CREATE TABLE IF NOT EXISTS {t} (
     updated_at   bigint NOT NULL,
     version      integer NOT NULL,
     meta         jsonb NOT NULL DEFAULT '{{}}',
+    effect       text NOT NULL DEFAULT 'unmarked'
+                 CHECK (effect IN ('unmarked', 'before', 'entered')),
     namespace    text,
     thread_id    text,
     expires_at   bigint NOT NULL
@@ -87,32 +92,38 @@ CREATE INDEX IF NOT EXISTS {t}_thread ON {t} (thread_id, namespace)
 ;;
 CREATE INDEX IF NOT EXISTS {t}_namespace ON {t} (namespace)
 ;;
--- {t}_claim: replay, acquire, take over, or answer busy / mismatch / expired, in one call
--- (protocol.decide_claim).
+-- {t}_claim: replay, acquire, take over (or retry), or answer busy / mismatch / expired, in
+-- one call (protocol.decide_claim).
 -- p_key          the record's key              p_owner       the claimant's owner token
 -- p_fingerprint  fingerprint of the arguments  p_lease_ms    lease in ms
 -- p_ttl_ms       retention in ms (the row is kept max(ttl, lease) past now)
 -- p_takeover     true: take over an expired lease ("takeover"); false: answer expired
 -- p_meta         the record's meta, a jsonb object of strings (used when a row is created)
 -- p_sweep        0, or how many expired rows to delete first (every 64th claim)
--- Returns one row (outcome, o_fence, o_attempt, retry_after_ms, failed, payload, reason):
+-- p_boundary     true: the tool marks its side effect; a new attempt's effect is 'before'
+--                (else 'unmarked')
+-- Returns one row (outcome, o_fence, o_attempt, retry_after_ms, failed, payload, reason,
+-- entered):
 -- outcome is a ClaimOutcome value, or 'corrupt' for a row of an unknown format version;
 -- o_fence / o_attempt the record's (new) fence and attempt; retry_after_ms the rest of a
 -- live lease (busy); failed and payload the stored result (replay only, else NULL);
--- reason, for takeover and expired only (else NULL), why the previous attempt's outcome
--- is unknown: the reason an abandoned row's owner names ('!cancelled' -> 'cancelled',
--- record.abandoned_reason), else 'lease_expired'.
+-- reason, for takeover, retry and expired only (else NULL), why the previous attempt
+-- ended: the reason an abandoned row's owner names ('!cancelled' -> 'cancelled',
+-- record.abandoned_reason), else 'lease_expired'; entered, for takeover and expired, whether
+-- the previous attempt's effect mark was 'entered'. An expired attempt still 'before' its
+-- side-effect block is retried ('retry') under either policy: its effect never started.
 CREATE OR REPLACE FUNCTION {t}_claim(
     p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint,
-    p_takeover boolean, p_meta jsonb, p_sweep integer,
+    p_takeover boolean, p_meta jsonb, p_sweep integer, p_boundary boolean,
     OUT outcome text, OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint,
-    OUT failed boolean, OUT payload bytea, OUT reason text)
+    OUT failed boolean, OUT payload bytea, OUT reason text, OUT entered boolean)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     now_ms bigint;
     rec {t}%ROWTYPE;
+    mark text := CASE WHEN p_boundary THEN 'before' ELSE 'unmarked' END;
 BEGIN
-    retry_after_ms := 0; failed := false;
+    retry_after_ms := 0; failed := false; entered := false;
     IF p_sweep > 0 THEN  -- the occasional bounded purge of expired rows
         DELETE FROM {t} WHERE key IN (
             SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
@@ -142,10 +153,10 @@ BEGIN
     -- insert it is settled below, as is an expired row (absent too, but overwritten).
     IF NOT FOUND THEN
         INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                         payload, created_at, updated_at, version, meta, namespace,
+                         payload, created_at, updated_at, version, meta, effect, namespace,
                          thread_id, expires_at)
         VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
+                NULL, now_ms, now_ms, {version}, p_meta, mark, p_meta->>'namespace',
                 p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
         ON CONFLICT (key) DO NOTHING;
         IF FOUND THEN
@@ -163,10 +174,10 @@ BEGIN
                 DELETE FROM {t} WHERE key = p_key;
             END IF;
             INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                             payload, created_at, updated_at, version, meta, namespace,
+                             payload, created_at, updated_at, version, meta, effect, namespace,
                              thread_id, expires_at)
             VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                    NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
+                    NULL, now_ms, now_ms, {version}, p_meta, mark, p_meta->>'namespace',
                     p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
             ON CONFLICT (key) DO NOTHING;
             IF FOUND THEN
@@ -205,16 +216,21 @@ BEGIN
         reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)
                        ELSE 'lease_expired' END;
     END IF;
-    IF rec.state = 'running' AND NOT p_takeover THEN  -- expired, policy "raise" -> EXPIRED
-        outcome := 'expired';
+    IF rec.state = 'running' THEN
+        entered := rec.effect = 'entered';
+    END IF;
+    IF rec.state = 'running' AND rec.effect <> 'before' AND NOT p_takeover THEN
+        outcome := 'expired';  -- expired (not before its effect), policy "raise" -> EXPIRED
         RETURN;
     END IF;
-    -- FREE -> ACQUIRED; expired, policy "takeover" -> TAKEOVER: fence + 1, attempt + 1
-    outcome := CASE WHEN rec.state = 'free' THEN 'acquired' ELSE 'takeover' END;
+    -- FREE -> ACQUIRED; expired before its effect -> RETRY; expired, policy "takeover" ->
+    -- TAKEOVER: fence + 1, attempt + 1, the new attempt's effect mark
+    outcome := CASE WHEN rec.state = 'free' THEN 'acquired'
+                    WHEN rec.effect = 'before' THEN 'retry' ELSE 'takeover' END;
     o_fence := rec.fence + 1; o_attempt := rec.attempt + 1;
     UPDATE {t} SET state = 'running', owner = p_owner, fence = o_fence, attempt = o_attempt,
                    lease_until = now_ms + p_lease_ms, payload = NULL, updated_at = now_ms,
-                   expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
+                   effect = mark, expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
     WHERE key = p_key;
 END
 $fn$
@@ -333,22 +349,23 @@ _DROP = (
     "DELETE FROM {schema} WHERE table_name = %s",
 )
 # claim: %(name)s, the function's parameters by name without p_ (key, owner, fingerprint,
-# lease_ms, ttl_ms, takeover, meta, sweep). Returns the function's row (see {t}_claim).
+# lease_ms, ttl_ms, takeover, meta, sweep, boundary). Returns the function's row (see
+# {t}_claim).
 _CLAIM = (
     "SELECT * FROM {t}_claim(%(key)s, %(owner)s, %(fingerprint)s, %(lease_ms)s, "
-    "%(ttl_ms)s, %(takeover)s, %(meta)s, %(sweep)s)"
+    "%(ttl_ms)s, %(takeover)s, %(meta)s, %(sweep)s, %(boundary)s)"
 )
 # replay_or_claim, for a claim that sweeps nothing (sweep 0): the same parameters and the
 # same row as _CLAIM, in one statement, but a replay is answered by a plain indexed read and
 # the function is not called at all (the cheapest replay). The read asks what the
 # function's no-lock REPLAY asks: a live row of this format version, done, with the same
 # fingerprint. Returns the function's REPLAY row (outcome 'replay', the row's fence and
-# attempt, retry_after_ms 0, failed, payload, reason NULL). An Append runs its branches in
-# order and LIMIT 1 stops at the first row, so the function runs only when the read found
-# no replay, and then decides everything as before.
+# attempt, retry_after_ms 0, failed, payload, reason NULL, entered false). An Append runs
+# its branches in order and LIMIT 1 stops at the first row, so the function runs only when
+# the read found no replay, and then decides everything as before.
 _REPLAY_OR_CLAIM = (
     "(SELECT 'replay'::text, fence, attempt, 0::bigint, state = 'failed', payload, "
-    "NULL::text FROM {t} WHERE key = %(key)s AND state IN ('completed', 'failed') "
+    "NULL::text, false FROM {t} WHERE key = %(key)s AND state IN ('completed', 'failed') "
     "AND fingerprint = %(fingerprint)s AND version = {version} AND expires_at > {now}) "
     "UNION ALL (" + _CLAIM + ") LIMIT 1"
 )
@@ -358,15 +375,17 @@ _REPLAY_OR_CLAIM = (
 # The function is VOLATILE, so each call reads with a fresh snapshot and sees what the
 # earlier calls of the same statement wrote: the same key twice is two sequential claims.
 # %(keys)s, %(owners)s, %(fingerprints)s text[]; %(leases)s, %(ttls)s bigint[] (ms);
-# %(takeovers)s boolean[]; %(metas)s jsonb[] (sent as text[]); sweep 0 (single claims
-# sweep). Returns the function's row per request (see {t}_claim), in request order.
+# %(takeovers)s, %(boundaries)s boolean[]; %(metas)s jsonb[] (sent as text[]); sweep 0
+# (single claims sweep). Returns the function's row per request (see {t}_claim), in
+# request order.
 _CLAIM_MANY = (
     "SELECT c.* FROM unnest(%(keys)s::text[], %(owners)s::text[], %(fingerprints)s::text[], "
     "%(leases)s::bigint[], %(ttls)s::bigint[], %(takeovers)s::boolean[], "
-    "%(metas)s::text[]::jsonb[]) "
-    "WITH ORDINALITY AS r(key, owner, fingerprint, lease_ms, ttl_ms, takeover, meta, n) "
+    "%(metas)s::text[]::jsonb[], %(boundaries)s::boolean[]) "
+    "WITH ORDINALITY AS r(key, owner, fingerprint, lease_ms, ttl_ms, takeover, meta, "
+    "boundary, n) "
     "CROSS JOIN LATERAL {t}_claim(r.key, r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, "
-    "r.takeover, r.meta, 0) AS c ORDER BY r.n"
+    "r.takeover, r.meta, 0, r.boundary) AS c ORDER BY r.n"
 )
 # complete: %s key, owner, fence, fingerprint, payload, failed, ttl_ms, meta, strict (the
 # function's parameters in order). Returns the function's row (see {t}_complete).
@@ -377,6 +396,15 @@ _RENEW = (
     "WITH c AS (SELECT {now} AS now_ms) "
     "UPDATE {t} SET lease_until = c.now_ms + %s, updated_at = c.now_ms, "
     "expires_at = greatest({t}.expires_at, c.now_ms + %s) FROM c "
+    "WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
+    "AND expires_at > c.now_ms RETURNING 1"
+)
+# mark_effect (protocol.decide_mark_effect): %s key, owner, fence. The attempt entered its
+# side-effect block: effect 'entered', only while running with the caller's owner and fence.
+# Returns a row when marked, none otherwise.
+_MARK_EFFECT = (
+    "WITH c AS (SELECT {now} AS now_ms) "
+    "UPDATE {t} SET effect = 'entered', updated_at = c.now_ms FROM c "
     "WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
     "AND expires_at > c.now_ms RETURNING 1"
 )
@@ -460,7 +488,7 @@ class _Queries:
         self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
         self.claim, self.replay_or_claim = f(_CLAIM), f(_REPLAY_OR_CLAIM)
         self.claim_many = f(_CLAIM_MANY)
-        self.complete, self.renew = f(_COMPLETE), f(_RENEW)
+        self.complete, self.renew, self.mark_effect = f(_COMPLETE), f(_RENEW), f(_MARK_EFFECT)
         self.release, self.abandon = f(_RELEASE), f(_ABANDON)
         self.get, self.now, self.delete = f(_GET), f(_NOW_MS), f(_DELETE)
         self.probe_tables, self.table_facts = f(_PROBE_TABLES), f(_TABLE_FACTS)
@@ -528,7 +556,7 @@ def _corrupt(key: str, table: str, why: str) -> CorruptRecordError:
 
 
 def _claim_answer(key: str, row: Any, table: str) -> Claim:
-    outcome, fence, attempt, retry_after, failed, payload, reason = row
+    outcome, fence, attempt, retry_after, failed, payload, reason, entered = row
     if outcome == "corrupt":
         raise _corrupt(key, table, "unknown format version")
     return Claim(
@@ -539,6 +567,7 @@ def _claim_answer(key: str, row: Any, table: str) -> Claim:
         failed=bool(failed),
         payload=None if payload is None else bytes(payload),
         reason=None if reason is None else _REASONS[reason],
+        entered=bool(entered),
     )
 
 
@@ -562,7 +591,21 @@ def _live(key: str, row: Any, table: str) -> tuple[Record | None, int]:
 
 
 def _decode(row: Any, table: str) -> Record:
-    key, state, owner, fence, lease_until, fp, attempt, payload, created, updated, ver, meta = row
+    (
+        key,
+        state,
+        owner,
+        fence,
+        lease_until,
+        fp,
+        attempt,
+        payload,
+        created,
+        updated,
+        ver,
+        meta,
+        effect,
+    ) = row
     if ver != FORMAT_VERSION:
         raise _corrupt(key, table, f"unknown format version {ver!r}")
     if state not in _STATES:
@@ -571,6 +614,8 @@ def _decode(row: Any, table: str) -> Record:
         isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
     ):
         raise _corrupt(key, table, "meta is not an object of strings")
+    if effect not in _EFFECTS:
+        raise _corrupt(key, table, f"unknown effect mark {effect!r}")
     return Record(
         key=key,
         state=_STATES[state],
@@ -584,4 +629,5 @@ def _decode(row: Any, table: str) -> Record:
         updated_at=int(updated),
         version=int(ver),
         meta=dict(meta),
+        effect=_EFFECTS[effect],
     )

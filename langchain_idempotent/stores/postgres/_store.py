@@ -290,8 +290,9 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         return self._run(key, op)
 
     async def aclaim(
@@ -304,8 +305,9 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         return await self._arun(key, op)
 
     def _claim_op(
@@ -317,6 +319,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy,
         meta: Mapping[str, str] | None,
+        boundary: bool,
     ) -> Op[Claim]:
         """The claim statement: a replay read folded in front of the function call, except
         on the claims that also sweep (:mod:`._sql`)."""
@@ -332,6 +335,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
             "takeover": on_expired == "takeover",
             "meta": _meta(meta),
             "sweep": sweep,
+            "boundary": bool(boundary),
         }
         query = self._q.claim if sweep else self._q.replay_or_claim
         return single(Stmt(query, params), lambda row: _claim_answer(key, row, self._table))
@@ -363,6 +367,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
             "ttls": [int(r.ttl_ms) for r in requests],
             "takeovers": [r.on_expired == "takeover" for r in requests],
             "metas": [_meta(r.meta) for r in requests],
+            "boundaries": [bool(r.boundary) for r in requests],
         }
 
         def decode(rows: Any) -> builtins.list[Claim]:
@@ -434,6 +439,15 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         return single(
             Stmt(self._q.complete, params), lambda row: _completion(key, row, self._table)
         )
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return self._run(key, self._mark_effect_op(key, owner, fence))
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return await self._arun(key, self._mark_effect_op(key, owner, fence))
+
+    def _mark_effect_op(self, key: str, owner: str, fence: int) -> Op[bool]:
+        return single(Stmt(self._q.mark_effect, (key, owner, fence)), lambda row: row is not None)
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         return self._run(key, single(Stmt(self._q.release, (key, owner, fence)), _counted))

@@ -385,11 +385,10 @@ class _Durability:
         return acks is not None and acks < self.replicas
 
     def error(self, what: str, key: str, acks: int | None) -> StoreUnavailableError:
-        after = (
-            "the claim was released and the tool was not run"
-            if what == "claim"
-            else "the result is stored on the master, but a failover now could lose it"
-        )
+        after = {
+            "claim": "the claim was released and the tool was not run",
+            "side-effect mark": "the side effect was not started",
+        }.get(what, "the result is stored on the master, but a failover now could lose it")
         return StoreUnavailableError(
             f"Redis acknowledged the {what} of idempotency key {key!r} on {acks} of the "
             f"{self.replicas} replica(s) required (replicas={self.replicas}) within "

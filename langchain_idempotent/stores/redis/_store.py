@@ -113,6 +113,7 @@ from ._scripts import (
     _CLAIM_SCRIPT,
     _COMPLETE_SCRIPT,
     _DELETE_SCRIPT,
+    _MARK_EFFECT_SCRIPT,
     _PROBE_SCRIPT,
     _RAW,
     _RELEASE_SCRIPT,
@@ -133,7 +134,9 @@ from ._scripts import (
 __all__ = ["RedisIdempotencyStore"]
 
 #: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
-_WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
+_WRITTEN = frozenset(
+    {ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.RETRY, ClaimOutcome.OWNED}
+)
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -343,8 +346,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
         claim, unacked = self._after_claim(key, *self._eval_acked(_CLAIM_SCRIPT, key, args, wait))
         if unacked is not None:
@@ -363,8 +367,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
         replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim, unacked = self._after_claim(key, *replied)
@@ -515,6 +520,20 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
         return bool(await self._aeval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        args, wait = (owner, fence, _VERSION), self._durability.wait
+        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
+        if self._durability.short(acks) and reply == 1:
+            raise self._durability.error("side-effect mark", key, acks)
+        return bool(reply)
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        args, wait = (owner, fence, _VERSION), self._durability.wait
+        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
+        if self._durability.short(acks) and reply == 1:
+            raise self._durability.error("side-effect mark", key, acks)
+        return bool(reply)
 
     def get(self, key: str) -> Record | None:
         try:
@@ -700,7 +719,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
 
 def _request_args(r: ClaimRequest) -> list[Any]:
-    return _claim_args(r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, r.meta)
+    return _claim_args(
+        r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, r.meta, r.boundary
+    )
 
 
 def _watching(deadline: float) -> Generator[float | Literal["probe"], Any, None]:
