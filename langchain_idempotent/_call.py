@@ -161,11 +161,10 @@ class PendingCall:
             self.events.append(event)
 
     def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
-        """Run ``action`` once for this call's key; dispatch events against ``config``."""
-        if self.duplicate and engine.policy.identical_calls == "reject":
-            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         """Run ``action`` once for this call's key; dispatch events against ``config``. The
         answer is stored marked (see :mod:`._replay`) and returned as the current call's."""
+        if self.duplicate and engine.policy.identical_calls == "reject":
+            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
 
         def marked() -> Any:
