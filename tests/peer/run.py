@@ -131,7 +131,7 @@ def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> tuple[dict[str
         **os.environ,
         # A test that loops under thread scope (a replay where it expected an interrupt)
         # then stops at LangGraph's recursion limit instead of running out of memory.
-        "LANGGRAPH_DEFAULT_RECURSION_LIMIT": "200",
+        "LANGGRAPH_DEFAULT_RECURSION_LIMIT": "100",
         "PYTHONPATH": os.pathsep.join(
             [str(REPO), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
