@@ -182,7 +182,23 @@ def evaluate_goals(
 
         return fig
 
-    per_placement("Redis replay ≤ 1.0× one r.ping()", ratio_goal("ours_redis", REPLAY, 1.0))
+    def absolute_goal(
+        row: str, column: str, limit_us: float
+    ) -> Callable[[str], tuple[bool | None, str]]:
+        def fig(p: str) -> tuple[bool | None, str]:
+            s = look.stat(row, column, p)
+            if s is None:
+                return None, "not measured"
+            return s["median_us"] <= limit_us, f"{s['median_us']:.1f} µs"
+
+        return fig
+
+    # Issue 24's goals: the engine alone, then Redis, then a real ToolNode step.
+    per_placement(
+        "In-memory engine, first run ≤ 15 µs", absolute_goal("ours_memory", FIRST_RUN, 15.0)
+    )
+    per_placement("In-memory engine, replay ≤ 5 µs", absolute_goal("ours_memory", REPLAY, 5.0))
+    per_placement("Redis replay ≤ 1.05× one r.ping()", ratio_goal("ours_redis", REPLAY, 1.05))
     per_placement("Redis first run ≤ 2.0× one r.ping()", ratio_goal("ours_redis", FIRST_RUN, 2.0))
     per_placement(
         "Redis first run ≥ 2.5× faster than the reference approach",
@@ -233,14 +249,14 @@ def evaluate_goals(
     else:
         goals.append({"goal": text, "status": NOT_MEASURED, "figures": ""})
 
-    for store, row in (("in-memory", "graph_memory"), ("Redis", "graph_redis")):
+    for store, row, limit in (("in-memory", "graph_memory", 1.05), ("Redis", "graph_redis", 1.10)):
         per_placement(
-            f"LangGraph step, wrapped ({store} store), fresh thread ≤ 1.05× unwrapped",
-            overhead_goal((row, FIRST_RUN), ("graph_plain", FIRST_RUN), 1.05),
+            f"LangGraph step, wrapped ({store} store), fresh thread ≤ {limit:.2f}× unwrapped",
+            overhead_goal((row, FIRST_RUN), ("graph_plain", FIRST_RUN), limit),
         )
         per_placement(
-            f"LangGraph step, wrapped ({store} store), same thread again ≤ 1.05× unwrapped",
-            overhead_goal((row, REPLAY), ("graph_plain", REPLAY), 1.05),
+            f"LangGraph step, wrapped ({store} store), same thread again ≤ {limit:.2f}× unwrapped",
+            overhead_goal((row, REPLAY), ("graph_plain", REPLAY), limit),
         )
 
     reported = [

@@ -26,8 +26,10 @@ import time
 import uuid
 import warnings
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
+from . import regression
 from . import report as rep
 from .latency import Context, build_cases, latency_results, run_latency
 from .server import RedisServer, can_pin, placements, unpin
@@ -64,6 +66,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=RESULTS_DIR, help="directory for the results")
     p.add_argument("--name", help="file stem of the results (default latest; quick: quick)")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
+    p.add_argument(
+        "--baseline",
+        default=str(regression.BASELINE),
+        help="the ratios to compare with (default: the committed results/baseline.json)",
+    )
+    p.add_argument(
+        "--save-baseline", action="store_true", help="make this run's ratios the new baseline"
+    )
     return p.parse_args(argv)
 
 
@@ -275,8 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         "absolute figures across runs.",
         *[f"PROBLEM: {p}" for p in problems],
     ]
+    baseline = regression.load_baseline(Path(args.baseline))
+    guard: list[str] = []
+    if baseline is not None:
+        guard = regression.render(regression.compare(regression.ratios(report), baseline))
+    report["regressions"] = guard
     os.makedirs(args.out, exist_ok=True)
     md = rep.render_markdown(report)
+    if guard:
+        md += "\n## Against the committed baseline\n\n" + "\n".join(guard) + "\n"
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write(md)
     with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
@@ -285,7 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     if profile_text is not None:
         with open(os.path.join(args.out, "profile.txt"), "w") as f:
             f.write(profile_text)
+    if args.save_baseline:
+        regression.save_baseline(report, Path(args.baseline))
+        progress(f"baseline written to {args.baseline}")
     print(md)
+    if guard:
+        print(guard[0], file=sys.stderr)
     for p in problems:
         print(f"PROBLEM: {p}", file=sys.stderr)
     return 1 if problems else 0

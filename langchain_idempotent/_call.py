@@ -24,28 +24,18 @@ from langchain_core.messages import ToolMessage
 from langchain_core.messages.tool import ToolOutputMixin
 from pydantic import ValidationError
 
-from . import _asking
-from . import approval as _approval
 from ._compat import NEVER_TERMINAL, loud
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
-from .keys import CallInfo, DerivedKey, call_info, derive_key, visible_arguments
+from .keys import CallInfo, DerivedKey, call_info, derive_key
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-__all__ = [
-    "PendingCall",
-    "Verdict",
-    "adecide",
-    "build_engine",
-    "decide",
-    "restamp",
-    "unmemoized_if_error",
-]
+__all__ = ["PendingCall", "build_engine", "restamp", "unmemoized_if_error"]
 
 
 def build_engine(
@@ -125,6 +115,26 @@ class PendingCall:
             raise loud(exc) from None
         return cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
 
+    def with_meta(self, meta: Mapping[str, str]) -> PendingCall:
+        """This call, its record carrying ``meta`` too (an approval's decision)."""
+        derived = dataclasses.replace(self.derived, meta={**self.derived.meta, **meta})
+        return dataclasses.replace(self, derived=derived)
+
+    def with_args(
+        self, tool_input: Any, args: Mapping[str, Any], config: RunnableConfig, policy: Policy
+    ) -> PendingCall | None:
+        """The same call with other arguments (a reviewer's edit), under their own key;
+        ``None`` when they do not fit the schema."""
+        return PendingCall.derive(
+            tool=self.tool,
+            schema=self.schema,
+            tool_input=tool_input,
+            args=args,
+            tool_call_id=self.tool_call_id,
+            config=config,
+            policy=policy,
+        )
+
     def observe(self, event: IdempotencyEvent) -> None:
         if event.kind in ("replay", "stale_completion") or (
             event.kind == "reconcile" and event.detail.get("outcome") == "found"
@@ -175,157 +185,6 @@ class PendingCall:
                         _event_name(event), _event_data(event), config=config
                     )
         return restamp(result, self.tool_call_id) if self.replayed else result
-
-
-# -- human approval (see :mod:`.approval`) -------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
-    """What approval decided for a call: run ``pending`` (with ``tool_input``, edited when
-    the reviewer edited it), or answer with ``rejection`` and run nothing."""
-
-    pending: PendingCall
-    tool_input: Any
-    edited: Mapping[str, Any] | None = None
-    rejection: ToolMessage | None = None
-
-
-def _question(pending: PendingCall, engine: Engine) -> CallInfo | None:
-    """The call's info when it must be decided by a human (before any store read)."""
-    info = pending.info
-    if info is None or not _approval.needs_approval(engine.policy.approval, info):
-        return None
-    return info
-
-
-def _ask(
-    pending: PendingCall, info: CallInfo, engine: Engine, config: RunnableConfig
-) -> _approval.Decision:
-    """Interrupt the graph with the HITL request; the reviewer's decision on resume. The
-    answer is bound to this call's key, not to its position (see :mod:`._asking`)."""
-    store, options = engine.store, _decision_options(pending, engine)
-    answer = _asking.ask(
-        config,
-        **_asking_call(pending, info),
-        record=lambda qkey, key: _approval.store_question(store, qkey, key, **options),
-        lookup=lambda qkey: _approval.asked_about(store.get(qkey)),
-    )
-    return _checked(pending, _approval.parse_decision(answer, pending.tool))
-
-
-async def _aask(
-    pending: PendingCall, info: CallInfo, engine: Engine, config: RunnableConfig
-) -> _approval.Decision:
-    """The async twin of :func:`_ask`."""
-    store, options = engine.store, _decision_options(pending, engine)
-
-    async def record(qkey: str, key: str) -> None:
-        await _approval.astore_question(store, qkey, key, **options)
-
-    async def lookup(qkey: str) -> str | None:
-        return _approval.asked_about(await store.aget(qkey))
-
-    answer = await _asking.aask(config, **_asking_call(pending, info), record=record, lookup=lookup)
-    return _checked(pending, _approval.parse_decision(answer, pending.tool))
-
-
-def _asking_call(pending: PendingCall, info: CallInfo) -> dict[str, Any]:
-    key = pending.derived.key
-    return {
-        "key": key,
-        "thread_id": info.thread_id or "",
-        "tool": pending.tool,
-        "request": _approval.approval_request(info, key),
-    }
-
-
-def _checked(pending: PendingCall, decision: _approval.Decision) -> _approval.Decision:
-    """An edit whose arguments do not fit the tool's schema is refused."""
-    if decision.type == "edit":
-        try:
-            visible_arguments(pending.schema, decision.args or {})
-        except ValidationError as exc:
-            raise ValueError(
-                f"the reviewer's edit of tool {pending.tool!r} does not fit its arguments: "
-                f"{exc.errors()[0]['msg']} ({decision.args!r}); nothing ran"
-            ) from None
-    return decision
-
-
-def _verdict(
-    pending: PendingCall, decision: _approval.Decision, config: RunnableConfig, policy: Policy
-) -> Verdict:
-    meta = decision.meta()
-    if decision.type == "reject":
-        message = _approval.rejection_message(pending.tool, pending.tool_call_id, decision)
-        return Verdict(pending, pending.tool_input, rejection=message)
-    if decision.type == "approve":
-        derived = dataclasses.replace(pending.derived, meta={**pending.derived.meta, **meta})
-        return Verdict(dataclasses.replace(pending, derived=derived), pending.tool_input)
-    args = dict(decision.args or {})
-    original = pending.tool_input
-    tool_input = (
-        {**original, "args": args}
-        if isinstance(original, Mapping) and original.get("type") == "tool_call"
-        else args
-    )
-    edited = PendingCall.derive(
-        tool=pending.tool,
-        schema=pending.schema,
-        tool_input=tool_input,
-        args=args,
-        tool_call_id=pending.tool_call_id,
-        config=config,
-        policy=policy,
-    )
-    if edited is None:  # validated in _checked; a stored decision is re-checked here
-        raise ValueError(f"the stored edit of tool {pending.tool!r} no longer fits: {args!r}")
-    meta["approval_of"] = pending.derived.key
-    derived = dataclasses.replace(edited.derived, meta={**edited.derived.meta, **meta})
-    return Verdict(dataclasses.replace(edited, derived=derived), tool_input, edited=args)
-
-
-def decide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
-    """Approval before the claim: a completed effect replays unasked, a stored decision is
-    reused, otherwise the human is asked (``interrupt()``) and an approve / edit stored."""
-    info = _question(pending, engine)
-    if info is None:
-        return Verdict(pending, pending.tool_input)
-    store, key = engine.store, pending.derived.key
-    if _approval.effect_done(store.get(key)):
-        return Verdict(pending, pending.tool_input)
-    decision = _approval.stored_decision(store.get(_approval.decision_key(key)))
-    if decision is None:
-        decision = _ask(pending, info, engine, config)
-        if decision.type != "reject":
-            decision = _approval.store_decision(
-                store, key, decision, **_decision_options(pending, engine)
-            )
-    return _verdict(pending, decision, config, engine.policy)
-
-
-async def adecide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
-    """The async twin of :func:`decide`."""
-    info = _question(pending, engine)
-    if info is None:
-        return Verdict(pending, pending.tool_input)
-    store, key = engine.store, pending.derived.key
-    if _approval.effect_done(await store.aget(key)):
-        return Verdict(pending, pending.tool_input)
-    decision = _approval.stored_decision(await store.aget(_approval.decision_key(key)))
-    if decision is None:
-        decision = await _aask(pending, info, engine, config)
-        if decision.type != "reject":
-            decision = await _approval.astore_decision(
-                store, key, decision, **_decision_options(pending, engine)
-            )
-    return _verdict(pending, decision, config, engine.policy)
-
-
-def _decision_options(pending: PendingCall, engine: Engine) -> dict[str, Any]:
-    policy = engine.policy
-    return {"meta": pending.derived.meta, "lease_ms": policy.lease_ms, "ttl_ms": policy.ttl_ms}
 
 
 def unmemoized_if_error(result: Any) -> Any:

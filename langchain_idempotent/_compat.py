@@ -24,6 +24,16 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
+LangGraph's ``configurable                      the running task's scratchpad, which every
+["__pregel_scratchpad"]``                       thread of one task shares: approval's
+                                                per-task turns (:func:`task_scratchpad`)
+``scratchpad.interrupt_counter``                the task's ``interrupt()`` position counter;
+                                                its identity marks one run of the task,
+                                                replaced when LangGraph re-runs it
+                                                (:func:`interrupt_counter`)
+LangGraph's position-matched resumes            the n-th ``interrupt()`` of a task gets the
+                                                n-th answer; ``_asking`` records which call
+                                                each position asked about
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
@@ -58,12 +68,15 @@ if TYPE_CHECKING:
 __all__ = [
     "NEVER_TERMINAL",
     "PREGEL_READ",
+    "PREGEL_SCRATCHPAD",
     "DirectCall",
     "GraphMissingScopeError",
     "format_tool_output",
     "graph_state_messages",
     "injected_args_keys",
+    "interrupt_counter",
     "loud",
+    "task_scratchpad",
     "to_args_and_kwargs",
 ]
 
@@ -73,6 +86,8 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
+#: LangGraph's internal ``configurable`` key holding the running task's scratchpad.
+PREGEL_SCRATCHPAD = "__pregel_scratchpad"
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -106,6 +121,19 @@ def graph_state_messages(config: RunnableConfig) -> Any:
         return read("messages", False)
     except Exception:
         return None
+
+
+# -- the running task (approval's turns, :mod:`._asking`) ---------------------------------
+
+
+def task_scratchpad(config: RunnableConfig) -> Any:
+    """The running LangGraph task's scratchpad, or ``None`` outside a graph run."""
+    return (config.get("configurable") or {}).get(PREGEL_SCRATCHPAD)
+
+
+def interrupt_counter(scratchpad: Any) -> Any:
+    """The task's ``interrupt()`` position counter (one object per run of the task)."""
+    return scratchpad.interrupt_counter
 
 
 # -- BaseTool internals -------------------------------------------------------------------

@@ -1,93 +1,101 @@
 """Human approval bound to the exact call: ask once per effect, run once, never memoize a "no".
 
 A call that needs approval (``approval=True``, or a predicate over its
-:class:`~langchain_idempotent.keys.CallInfo` that returns true) is decided *before* it
-claims its key:
+:class:`~langchain_idempotent.keys.CallInfo` that returns true; see
+:func:`~langchain_idempotent.policy.needs_approval`) is decided *before* it claims its key,
+by one flow (:func:`flow`) that both drivers (:func:`decide`, :func:`adecide`) run:
 
 1. its effect already completed (or failed terminally) → replay, no question;
-2. a decision for its key is already stored (a node re-run after a sibling's resume, a
-   retry, a crash after approval) → that decision, no question;
-3. otherwise LangGraph's ``interrupt()`` with LangChain's HITL request (the
-   ``action_requests`` / ``review_configs`` shape ``HumanInTheLoopMiddleware`` emits; the
-   action carries the tool name, the canonical arguments, a description and the
-   ``idempotency_key``), resumed with ``{"decisions": [decision]}``:
+2. a decision for its key and arguments is already stored (a node re-run after a
+   sibling's resume, a retry, a crash after approval) → that decision, no question;
+3. otherwise LangGraph's ``interrupt()``, in the format ``interrupt_mode`` names (the two
+   formats of LangChain's ``HumanInTheLoopMiddleware``):
+
+   * ``"batched"`` (default): a ``HITLRequest`` with this one call in ``action_requests``
+     / ``review_configs``, answered with ``{"decisions": [decision]}``;
+   * ``"per_call"``: a ``ToolApprovalRequest`` (``{"type": "tool_approval",
+     "tool_call_id", "name", "args", "description"}``), answered with one bare decision.
+
+   Both carry the call's ``idempotency_key`` and ``args_hash``, and both pass a
+   ``response_schema`` (the decisions allowed, and for an edit the tool's own argument
+   schema), so LangGraph checks an answer *before it saves it*: an invalid answer is
+   refused with nothing saved (neither by LangGraph nor here) and nothing cancelled (the
+   calls answered validly in the same resume finish), and can be answered again.
 
    * ``approve`` → the decision is stored write-once under the key, the call runs once;
-   * ``edit`` → the edited arguments are validated through the tool's schema, the decision
-     is stored, and the edited call runs once under the key its own arguments give;
+   * ``edit`` → the decision is stored, and the edited call runs once under the key its
+     own arguments give;
    * ``reject`` → an error ``ToolMessage`` with the reviewer's message; nothing runs and
      nothing is stored, so the same call asks again later.
 
 The decision record is a record of its own (key ``<key>:approval``, meta ``kind:
 approval``), written through the ordinary claim / complete protocol, so every store keeps
-it without new operations. The effect's record carries ``approval`` (``approve`` /
-``edit``), ``reviewer`` and, after an edit, ``approval_of`` (the key that was asked) in
+it without new operations. It carries the arguments' hash, and a decision is only reused
+for the arguments it was given for. The effect's record carries ``approval`` (``approve``
+/ ``edit``), ``reviewer`` and, after an edit, ``approval_of`` (the key that was asked) in
 its meta; ``langchain-idempotent show`` prints them.
 
-Each call's question is an ``interrupt()`` bound to its key (:mod:`._asking`): LangGraph
-matches answers to the interrupts *of one task* by position, so the gated calls of one
-task (a hand-built ``ToolNode``) are asked one at a time, and which call a question asks
-about is recorded (a record of kind ``approval_question``) before it is raised.
-``create_agent`` (and a graph that routes tool calls with ``Send``) runs each call as its
-own task, so each question has its own interrupt id and is answered with
-``Command(resume={interrupt_id: {"decisions": [...]}})``.
+Each question is an ``interrupt()`` bound to its call's key, never to its position
+(:mod:`._asking`): ``create_agent`` runs each call as its own task, so each question has
+its own interrupt id; the gated calls of one hand-built ``ToolNode`` task are asked one
+at a time, and which call a question asks about is recorded (a record of kind
+``approval_question``) before it is raised.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from functools import lru_cache, partial
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,  # pydantic needs these before 3.12
+    Union,
+    cast,
+)
 
 from langchain_core.messages import ToolMessage
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    ValidationError,
+    WithJsonSchema,
+    WrapValidator,
+    create_model,
+)
+from typing_extensions import TypedDict
 
-from .keys import CallInfo
+from . import _asking
+from .keys import visible_arguments
+from .policy import InterruptMode, Policy, needs_approval
 from .record import ClaimOutcome, Record
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+    from ._call import PendingCall
+    from .engine import Engine
     from .stores.base import BaseIdempotencyStore
 
 __all__ = [
-    "ApprovalPredicate",
-    "ApprovalSetting",
     "Decision",
-    "approval_request",
-    "needs_approval",
+    "Verdict",
+    "adecide",
+    "decide",
+    "decision_key",
+    "flow",
     "parse_decision",
     "rejection_message",
 ]
 
-#: Decides per call whether a human is asked (``lambda call: call.args["amount"] > 500``).
-ApprovalPredicate = Callable[[CallInfo], bool]
-#: ``True`` (every new effect asks), ``False`` (never), a predicate, or one of those per
-#: tool name (``{"issue_refund": True}``; a tool not named never asks).
-ApprovalSetting = bool | ApprovalPredicate | Mapping[str, bool | ApprovalPredicate]
-
 ALLOWED: list[Literal["approve", "edit", "reject"]] = ["approve", "edit", "reject"]
 _APPROVAL_SUFFIX = ":approval"
-
-
-def needs_approval(setting: ApprovalSetting, info: CallInfo) -> bool:
-    """Whether ``info`` asks a human under ``setting``."""
-    if isinstance(setting, Mapping):
-        setting = setting.get(info.tool, False)
-    if isinstance(setting, bool):
-        return setting
-    return bool(setting(info))
-
-
-def check_setting(setting: object) -> None:
-    """A clear error for an approval setting that is not a bool, a function or a mapping
-    of tool names to those."""
-    values = setting.items() if isinstance(setting, Mapping) else [("approval", setting)]
-    for name, value in values:
-        if not isinstance(name, str) or (not isinstance(value, bool) and not callable(value)):
-            raise TypeError(
-                "approval must be True, False, a function of the call (CallInfo -> bool), or "
-                f"a dict of tool names to those; got {setting!r}"
-            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,17 +107,8 @@ class Decision:
     args: Mapping[str, Any] | None = None
     #: For ``reject``: the reviewer's message for the model.
     message: str | None = None
-    #: Who decided, if the resume says (``"reviewer"`` in the decision or the resume).
+    #: Who decided, if the answer says (``"reviewer"`` in the decision or the resume).
     reviewer: str | None = None
-
-    def to_json(self) -> bytes:
-        doc = {"type": self.type, "args": self.args, "reviewer": self.reviewer}
-        return json.dumps(doc, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, payload: bytes) -> Decision:
-        doc = json.loads(payload)
-        return cls(doc["type"], args=doc.get("args"), reviewer=doc.get("reviewer"))
 
     def meta(self) -> dict[str, str]:
         """What the effect's record carries about this decision."""
@@ -119,59 +118,153 @@ class Decision:
         return meta
 
 
-def approval_request(info: CallInfo, key: str, description: str | None = None) -> dict[str, Any]:
-    """The interrupt value: LangChain's ``HITLRequest`` for this one call."""
-    text = description or (
-        f"Tool execution requires approval\n\nTool: {info.tool}\nArgs: "
-        f"{json.dumps(dict(info.args), sort_keys=True, default=str)}\nIdempotency key: {key}"
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What approval decided for a call: run ``pending`` (with ``tool_input``, edited when
+    the reviewer edited it), or answer with ``rejection`` and run nothing."""
+
+    pending: PendingCall
+    tool_input: Any
+    edited: Mapping[str, Any] | None = None
+    rejection: ToolMessage | None = None
+
+
+# -- the question, in either format ------------------------------------------------------
+
+
+def _description(tool: str, args: Mapping[str, Any], key: str) -> str:
+    return (
+        f"Tool execution requires approval\n\nTool: {tool}\nArgs: "
+        f"{json.dumps(dict(args), sort_keys=True, default=str)}\nIdempotency key: {key}"
     )
-    action = {
-        "name": info.tool,
-        "args": dict(info.args),
-        "description": text,
-        "idempotency_key": key,
-    }
-    review = {"action_name": info.tool, "allowed_decisions": list(ALLOWED)}
+
+
+def approval_request(pending: PendingCall, mode: InterruptMode) -> dict[str, Any]:
+    """The interrupt value: LangChain's ``HITLRequest`` for this one call (``"batched"``)
+    or its ``ToolApprovalRequest`` (``"per_call"``), with the call's key and args hash."""
+    tool, args, key = pending.tool, dict(pending.args), pending.derived.key
+    binding = {"idempotency_key": key, "args_hash": pending.derived.fingerprint}
+    if mode == "per_call":
+        if pending.tool_call_id is None:
+            raise ValueError(
+                f"tool {tool!r} was called without a tool call id, which "
+                "interrupt_mode='per_call' names in its question; call it with a ToolCall "
+                "(as ToolNode and create_agent do) or use interrupt_mode='batched'"
+            )
+        return {
+            "type": "tool_approval",
+            "tool_call_id": pending.tool_call_id,
+            "name": tool,
+            "args": args,
+            "description": _description(tool, args, key),
+            **binding,
+        }
+    action = {"name": tool, "args": args, "description": _description(tool, args, key), **binding}
+    review = {"action_name": tool, "allowed_decisions": list(ALLOWED)}
     return {"action_requests": [action], "review_configs": [review]}
 
 
-def parse_decision(resume: Any, tool: str) -> Decision:
-    """The decision in a resume value: ``{"decisions": [decision]}`` (LangChain's
-    ``HITLResponse``) or one bare decision. Raises ``ValueError`` naming the problem."""
+class _Approve(TypedDict):
+    type: Literal["approve"]
+    reviewer: NotRequired[str]
+
+
+class _Reject(TypedDict):
+    type: Literal["reject"]
+    message: NotRequired[str]
+    reviewer: NotRequired[str]
+
+
+def response_schema(tool: str, schema: Any, mode: InterruptMode) -> Any:
+    """The ``response_schema`` of a question about ``tool``: its JSON schema shows the
+    decisions allowed (an edit's ``args`` as the tool's own argument ``schema``), and
+    LangGraph checks an answer with :func:`parse_decision` before it saves it. Built once
+    per tool schema (a JSON-schema dict is not cached)."""
+    if isinstance(schema, dict):
+        return _response_schema(tool, schema, mode)
+    return _cached_response_schema(tool, schema, mode)
+
+
+def _response_schema(tool: str, schema: Any, mode: InterruptMode) -> Any:
+    args_type: Any = (
+        schema
+        if isinstance(schema, type) and issubclass(schema, BaseModel)
+        else Annotated[dict[str, Any], WithJsonSchema(schema or {"type": "object"})]
+    )
+    name: Any = Literal[tool]  # type: ignore[valid-type]
+    action = create_model("EditedAction", name=(name, tool), args=(args_type, ...))
+    edit = create_model(
+        "EditDecision",
+        type=(Literal["edit"], ...),
+        edited_action=(action, ...),
+        reviewer=(str | None, None),
+    )
+    decision: Any = Annotated[Union[_Approve, edit, _Reject], Discriminator("type")]  # noqa: UP007
+    shape: Any = (
+        decision
+        if mode == "per_call"
+        else create_model(
+            "HITLResponse", decisions=(list[decision], ...), reviewer=(str | None, None)
+        )
+    )
+
+    def check(answer: Any, _: Any) -> Any:
+        parse_decision(answer, tool, schema)
+        return answer  # as sent: the flow reads it with parse_decision again
+
+    return Annotated[shape, WrapValidator(check)]
+
+
+_cached_response_schema = lru_cache(maxsize=256)(_response_schema)
+
+
+def parse_decision(answer: Any, tool: str, schema: Any = None) -> Decision:
+    """The decision in an answer: ``{"decisions": [decision]}`` (LangChain's
+    ``HITLResponse``) or one bare decision (a per-call answer). An edit must fit
+    ``schema`` and keep the tool. Raises ``ValueError`` naming the problem."""
     reviewer = None
-    decision = resume
-    if isinstance(resume, Mapping) and "decisions" in resume:
-        decisions = resume["decisions"]
+    decision = answer
+    if isinstance(answer, Mapping) and "decisions" in answer:
+        decisions = answer["decisions"]
         if not isinstance(decisions, list) or len(decisions) != 1:
             raise ValueError(
                 f"the approval of tool {tool!r} asks about one call, so the resume needs "
-                f"exactly one decision: {{'decisions': [{{'type': 'approve'}}]}}, got {resume!r}"
+                f"exactly one decision: {{'decisions': [{{'type': 'approve'}}]}}, got {answer!r}"
             )
-        reviewer = resume.get("reviewer")
+        reviewer = answer.get("reviewer")
         decision = decisions[0]
     if not isinstance(decision, Mapping) or decision.get("type") not in ALLOWED:
         raise ValueError(
             f"the approval of tool {tool!r} needs a decision of type 'approve', 'edit' or "
             f"'reject', got {decision!r}"
         )
-    reviewer = decision.get("reviewer", reviewer)
+    reviewer = _str(decision.get("reviewer", reviewer))
     kind = decision["type"]
-    if kind == "edit":
-        action = decision.get("edited_action")
-        if not isinstance(action, Mapping) or not isinstance(action.get("args"), Mapping):
-            raise ValueError(
-                "an 'edit' decision needs edited_action={'name': ..., 'args': {...}}, got "
-                f"{decision!r}"
-            )
-        if action.get("name", tool) != tool:
-            raise ValueError(
-                f"an edit cannot switch tools: the call is to {tool!r}, the edit names "
-                f"{action.get('name')!r}"
-            )
-        return Decision("edit", args=dict(action["args"]), reviewer=_str(reviewer))
     if kind == "reject":
-        return Decision("reject", message=_str(decision.get("message")), reviewer=_str(reviewer))
-    return Decision("approve", reviewer=_str(reviewer))
+        return Decision("reject", message=_str(decision.get("message")), reviewer=reviewer)
+    if kind == "approve":
+        return Decision("approve", reviewer=reviewer)
+    action = decision.get("edited_action")
+    if not isinstance(action, Mapping) or not isinstance(action.get("args"), Mapping):
+        raise ValueError(
+            f"an 'edit' decision needs edited_action={{'name': ..., 'args': {{...}}}}, got "
+            f"{decision!r}"
+        )
+    if action.get("name", tool) != tool:
+        raise ValueError(
+            f"an edit cannot switch tools: the call is to {tool!r}, the edit names "
+            f"{action.get('name')!r}"
+        )
+    args = dict(action["args"])
+    if schema is not None:
+        try:
+            visible_arguments(schema, args)
+        except ValidationError as exc:
+            raise ValueError(
+                f"the reviewer's edit of tool {tool!r} does not fit its arguments: "
+                f"{exc.errors()[0]['msg']} ({args!r}); nothing ran"
+            ) from None
+    return Decision("edit", args=args, reviewer=reviewer)
 
 
 def _str(value: Any) -> str | None:
@@ -190,63 +283,167 @@ def rejection_message(tool: str, tool_call_id: str | None, decision: Decision) -
     return ToolMessage(content=content, name=tool, tool_call_id=tool_call_id or "", status="error")
 
 
-# -- the decision record -----------------------------------------------------------------
+# -- the flow: steps a driver carries out ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One store operation: ``store.<op>(key, **kwargs)`` (``a<op>`` when async)."""
+
+    op: Literal["get", "delete", "claim", "complete"]
+    key: str
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """Interrupt with ``request`` (checked against ``schema``); reply: the answer."""
+
+    key: str
+    thread_id: str
+    tool: str
+    request: Any
+    schema: Any
+    #: What the record naming which call a question asks about is written with.
+    record: Mapping[str, Any]
+
+    def question(self) -> dict[str, Any]:
+        """The arguments of :func:`._asking.ask` / ``aask`` that say what is asked."""
+        return {
+            "key": self.key,
+            "thread_id": self.thread_id,
+            "tool": self.tool,
+            "request": self.request,
+            "schema": self.schema,
+        }
+
+
+Flow = Generator[_Op | _Ask, Any, Any]
+
+
+def flow(pending: PendingCall, policy: Policy, config: RunnableConfig) -> Flow:
+    """Approval before the claim: a completed effect replays unasked, a stored decision
+    for these arguments is reused, otherwise the human is asked and an approve / edit
+    stored. Returns the :class:`Verdict`."""
+    info = pending.info
+    if info is None or not needs_approval(policy.approval, info):
+        return Verdict(pending, pending.tool_input)
+    key, fingerprint = pending.derived.key, pending.derived.fingerprint
+    effect: Record | None = yield _Op("get", key)
+    if effect is not None and effect.done:
+        return Verdict(pending, pending.tool_input)
+    decision = _stored((yield _Op("get", decision_key(key))), fingerprint)
+    if decision is None:
+        answer = yield _Ask(
+            key,
+            info.thread_id or "",
+            pending.tool,
+            approval_request(pending, policy.interrupt_mode),
+            response_schema(pending.tool, pending.schema, policy.interrupt_mode),
+            record={
+                "meta": pending.derived.meta,
+                "lease_ms": policy.lease_ms,
+                "ttl_ms": policy.ttl_ms,
+            },
+        )
+        decision = parse_decision(answer, pending.tool, pending.schema)
+        if decision.type != "reject":
+            meta = {**pending.derived.meta, "kind": "approval", "approval_for": key}
+            payload = _decision_json(decision, fingerprint)
+            kept = yield from _write_once(
+                decision_key(key), payload, meta, policy.lease_ms, policy.ttl_ms
+            )
+            decision = _stored_payload(kept, fingerprint) or decision
+    return _verdict(pending, decision, config, policy)
+
+
+def question_flow(step: _Ask, qkey: str) -> Flow:
+    """Record that the question ``qkey`` asks about the call ``step.key``. The latest
+    question at a position is the one the human sees, so an older record there goes."""
+    meta = {**step.record["meta"], "kind": "approval_question", "approval_for": step.key}
+    if asked_about((yield _Op("get", qkey))) not in (None, step.key):
+        yield _Op("delete", qkey)
+    payload = json.dumps({"key": step.key}).encode()
+    yield from _write_once(qkey, payload, meta, step.record["lease_ms"], step.record["ttl_ms"])
+
+
+def lookup_flow(qkey: str) -> Flow:
+    """The call key the question ``qkey`` asked about, or ``None``."""
+    return asked_about((yield _Op("get", qkey)))
+
+
+def _write_once(
+    key: str, payload: bytes, meta: Mapping[str, str], lease_ms: int, ttl_ms: int
+) -> Flow:
+    """Store ``payload`` under ``key`` through the ordinary claim / complete protocol,
+    unless a payload is there. Returns the stored one (``None`` when another writer holds
+    the key for an instant: its payload is the same answer)."""
+    owner = f"{random.getrandbits(96):024x}"
+    common = {"owner": owner, "fingerprint": "approval", "ttl_ms": ttl_ms, "meta": meta}
+    claim = yield _Op("claim", key, {**common, "lease_ms": lease_ms})
+    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
+        return claim.payload
+    if not claim.outcome.runs:
+        return None
+    args = {**common, "fence": claim.fence, "payload": payload, "failed": False}
+    done = yield _Op("complete", key, args)
+    return done.payload
+
+
+def _verdict(
+    pending: PendingCall, decision: Decision, config: RunnableConfig, policy: Policy
+) -> Verdict:
+    meta = decision.meta()
+    if decision.type == "reject":
+        message = rejection_message(pending.tool, pending.tool_call_id, decision)
+        return Verdict(pending, pending.tool_input, rejection=message)
+    if decision.type == "approve":
+        return Verdict(pending.with_meta(meta), pending.tool_input)
+    args = dict(decision.args or {})
+    original = pending.tool_input
+    tool_input = (
+        {**original, "args": args}
+        if isinstance(original, Mapping) and original.get("type") == "tool_call"
+        else args
+    )
+    edited = pending.with_args(tool_input, args, config, policy)
+    if edited is None:  # checked when answered; a stored decision is re-checked here
+        raise ValueError(f"the stored edit of tool {pending.tool!r} no longer fits: {args!r}")
+    meta["approval_of"] = pending.derived.key
+    return Verdict(edited.with_meta(meta), tool_input, edited=args)
+
+
+# -- the decision and question records ------------------------------------------------------
 
 
 def decision_key(key: str) -> str:
     return key + _APPROVAL_SUFFIX
 
 
-def effect_done(record: Record | None) -> bool:
-    return record is not None and record.done
+def _decision_json(decision: Decision, fingerprint: str) -> bytes:
+    doc = {
+        "type": decision.type,
+        "args": decision.args,
+        "reviewer": decision.reviewer,
+        "args_hash": fingerprint,
+    }
+    return json.dumps(doc, sort_keys=True).encode()
 
 
-def stored_decision(record: Record | None) -> Decision | None:
-    if record is None or not record.done or record.payload is None:
+def _stored_payload(payload: bytes | None, fingerprint: str) -> Decision | None:
+    """The decision in ``payload`` when it was given for these arguments."""
+    if payload is None:
         return None
-    return Decision.from_json(record.payload)
+    doc = json.loads(payload)
+    if doc.get("args_hash", fingerprint) != fingerprint:
+        return None
+    return Decision(doc["type"], args=doc.get("args"), reviewer=doc.get("reviewer"))
 
 
-def _decision_meta(meta: Mapping[str, str], key: str) -> dict[str, str]:
-    return {**meta, "kind": "approval", "approval_for": key}
-
-
-def store_decision(
-    store: BaseIdempotencyStore,
-    key: str,
-    decision: Decision,
-    *,
-    meta: Mapping[str, str],
-    lease_ms: int,
-    ttl_ms: int,
-) -> Decision:
-    """Store ``decision`` write-once; the decision already stored wins."""
-    full = _decision_meta(meta, key)
-    stored = _write_once(store, decision_key(key), decision.to_json(), full, lease_ms, ttl_ms)
-    return decision if stored is None else Decision.from_json(stored)
-
-
-async def astore_decision(
-    store: BaseIdempotencyStore,
-    key: str,
-    decision: Decision,
-    *,
-    meta: Mapping[str, str],
-    lease_ms: int,
-    ttl_ms: int,
-) -> Decision:
-    """The async twin of :func:`store_decision`."""
-    full = _decision_meta(meta, key)
-    payload = decision.to_json()
-    stored = await _awrite_once(store, decision_key(key), payload, full, lease_ms, ttl_ms)
-    return decision if stored is None else Decision.from_json(stored)
-
-
-# -- which call a question asked about (see :mod:`._asking`) -------------------------------
-
-
-def _question_payload(key: str) -> bytes:
-    return json.dumps({"key": key}).encode()
+def _stored(record: Record | None, fingerprint: str) -> Decision | None:
+    if record is None or not record.done:
+        return None
+    return _stored_payload(record.payload, fingerprint)
 
 
 def asked_about(record: Record | None) -> str | None:
@@ -257,98 +454,63 @@ def asked_about(record: Record | None) -> str | None:
     return key if isinstance(key, str) else None
 
 
-def store_question(
-    store: BaseIdempotencyStore,
-    qkey: str,
-    key: str,
-    *,
-    meta: Mapping[str, str],
-    lease_ms: int,
-    ttl_ms: int,
-) -> None:
-    """Record that the question ``qkey`` asks about the call ``key``. The latest question
-    at a position is the one the human sees, so an older record there is replaced."""
-    full = {**meta, "kind": "approval_question", "approval_for": key}
-    if asked_about(store.get(qkey)) not in (None, key):
-        store.delete(qkey)
-    _write_once(store, qkey, _question_payload(key), full, lease_ms, ttl_ms)
+# -- the two drivers -----------------------------------------------------------------------
 
 
-async def astore_question(
-    store: BaseIdempotencyStore,
-    qkey: str,
-    key: str,
-    *,
-    meta: Mapping[str, str],
-    lease_ms: int,
-    ttl_ms: int,
-) -> None:
-    """The async twin of :func:`store_question`."""
-    full = {**meta, "kind": "approval_question", "approval_for": key}
-    if asked_about(await store.aget(qkey)) not in (None, key):
-        await store.adelete(qkey)
-    await _awrite_once(store, qkey, _question_payload(key), full, lease_ms, ttl_ms)
+def decide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
+    """Run :func:`flow` on ``engine``'s store (sync)."""
+    result: Verdict = _drive(flow(pending, engine.policy, config), engine.store, config)
+    return result
 
 
-# -- write-once through the ordinary claim / complete protocol -----------------------------
+async def adecide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
+    """Run :func:`flow` on ``engine``'s store (async)."""
+    result: Verdict = await _adrive(flow(pending, engine.policy, config), engine.store, config)
+    return result
 
 
-def _write_once(
-    store: BaseIdempotencyStore,
-    rkey: str,
-    payload: bytes,
-    meta: Mapping[str, str],
-    lease_ms: int,
-    ttl_ms: int,
-) -> bytes | None:
-    """Store ``payload`` under ``rkey`` unless a payload is there; the stored one (``None``
-    when another writer holds the key for an instant: its payload is the same answer)."""
-    owner = f"{random.getrandbits(96):024x}"
-    claim = store.claim(
-        rkey, owner=owner, fingerprint="approval", lease_ms=lease_ms, ttl_ms=ttl_ms, meta=meta
-    )
-    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
-        return claim.payload
-    if not claim.outcome.runs:
-        return None
-    done = store.complete(
-        rkey,
-        owner=owner,
-        fence=claim.fence,
-        fingerprint="approval",
-        payload=payload,
-        failed=False,
-        ttl_ms=ttl_ms,
-        meta=meta,
-    )
-    return done.payload
+def _drive(steps: Flow, store: BaseIdempotencyStore, config: RunnableConfig) -> Any:
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            if isinstance(step, _Op):
+                reply = getattr(store, step.op)(step.key, **step.kwargs)
+                continue
+            reply = _asking.ask(
+                config,
+                **step.question(),
+                record=partial(_record, step, store, config),
+                lookup=lambda q: _drive(lookup_flow(q), store, config),
+            )
+    except StopIteration as done:
+        return done.value
 
 
-async def _awrite_once(
-    store: BaseIdempotencyStore,
-    rkey: str,
-    payload: bytes,
-    meta: Mapping[str, str],
-    lease_ms: int,
-    ttl_ms: int,
-) -> bytes | None:
-    """The async twin of :func:`_write_once`."""
-    owner = f"{random.getrandbits(96):024x}"
-    claim = await store.aclaim(
-        rkey, owner=owner, fingerprint="approval", lease_ms=lease_ms, ttl_ms=ttl_ms, meta=meta
-    )
-    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
-        return claim.payload
-    if not claim.outcome.runs:
-        return None
-    done = await store.acomplete(
-        rkey,
-        owner=owner,
-        fence=claim.fence,
-        fingerprint="approval",
-        payload=payload,
-        failed=False,
-        ttl_ms=ttl_ms,
-        meta=meta,
-    )
-    return done.payload
+def _record(step: _Ask, store: BaseIdempotencyStore, config: RunnableConfig, qkey: str) -> None:
+    _drive(question_flow(step, qkey), store, config)
+
+
+async def _adrive(steps: Flow, store: BaseIdempotencyStore, config: RunnableConfig) -> Any:
+    reply: Any = None
+    try:
+        while True:
+            step = steps.send(reply)
+            if isinstance(step, _Op):
+                reply = await getattr(store, "a" + step.op)(step.key, **step.kwargs)
+                continue
+
+            async def record(q: str, s: _Ask = step) -> None:
+                await _adrive(question_flow(s, q), store, config)
+
+            async def lookup(q: str) -> str | None:
+                return cast(str | None, await _adrive(lookup_flow(q), store, config))
+
+            reply = await _asking.aask(
+                config,
+                **step.question(),
+                record=record,
+                lookup=lookup,
+            )
+    except StopIteration as done:
+        return done.value

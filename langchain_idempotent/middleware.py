@@ -32,8 +32,9 @@ from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
+from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import format_tool_output
+from .approval import Verdict, adecide, decide
 from .events import EventHook
 from .keys import TURN_CONFIG_KEY, model_schema, turn_from_messages
 from .policy import Policy, PolicyOptions
@@ -55,8 +56,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     environment here.
 
     ``approval=True`` (or a predicate of the call, or a dict of tool names to those) asks
-    a human before each new effect of the named tools, once per key, with LangChain's HITL
-    request format (see :mod:`langchain_idempotent.approval`). Use it instead of
+    a human before each new effect of the named tools, once per key, in the format
+    ``interrupt_mode`` names as ``HumanInTheLoopMiddleware`` does: ``"batched"`` (a
+    ``HITLRequest``) or ``"per_call"`` (a ``ToolApprovalRequest`` with a
+    ``response_schema``); see :mod:`langchain_idempotent.approval`. Use it instead of
     ``HumanInTheLoopMiddleware`` for effectful tools; that one stays fine for the others.
     """
 

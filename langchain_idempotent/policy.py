@@ -16,22 +16,62 @@ import dataclasses
 import math
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
-from .approval import ApprovalSetting, check_setting
-from .keys import KeyFunction, Scope
+from .keys import CallInfo, KeyFunction, Scope
 from .reconcile import ReconcileOption, check_reconcile
 from .record import ExpiredPolicy
 
-__all__ = ["Policy", "PolicyOptions"]
+__all__ = [
+    "ApprovalPredicate",
+    "ApprovalSetting",
+    "InterruptMode",
+    "Policy",
+    "PolicyOptions",
+    "needs_approval",
+]
 
 #: Field metadata for options that only code can give (types, not strings).
 _CODE_ONLY = {"env": False}
+
+#: Decides per call whether a human is asked (``lambda call: call.args["amount"] > 500``).
+ApprovalPredicate = Callable[[CallInfo], bool]
+#: ``True`` (every new effect asks), ``False`` (never), a predicate, or one of those per
+#: tool name (``{"issue_refund": True}``; a tool not named never asks).
+ApprovalSetting = bool | ApprovalPredicate | Mapping[str, bool | ApprovalPredicate]
+#: How approval asks (LangChain's ``HumanInTheLoopMiddleware`` spelling): ``"batched"``,
+#: a ``HITLRequest`` answered with ``{"decisions": [decision]}``; ``"per_call"``, a
+#: ``ToolApprovalRequest`` with a ``response_schema``, answered with one decision.
+InterruptMode = Literal["batched", "per_call"]
+_INTERRUPT_MODES = ("batched", "per_call")
+
+
+def needs_approval(setting: ApprovalSetting, info: CallInfo) -> bool:
+    """Whether ``info`` asks a human under ``setting``."""
+    if isinstance(setting, Mapping):
+        setting = setting.get(info.tool, False)
+    if isinstance(setting, bool):
+        return setting
+    return bool(setting(info))
+
+
+def _check_approval(setting: object, mode: object) -> None:
+    """A clear error for an approval setting that is not a bool, a function or a mapping
+    of tool names to those, and for an unknown ``interrupt_mode``."""
+    values = setting.items() if isinstance(setting, Mapping) else [("approval", setting)]
+    for name, value in values:
+        if not isinstance(name, str) or (not isinstance(value, bool) and not callable(value)):
+            raise TypeError(
+                "approval must be True, False, a function of the call (CallInfo -> bool), or "
+                f"a dict of tool names to those; got {setting!r}"
+            )
+    if mode not in _INTERRUPT_MODES:
+        raise ValueError(f"interrupt_mode must be 'batched' or 'per_call', got {mode!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +112,10 @@ class Policy:
     #: Ask a human before a new effect (see :mod:`.approval`): ``True``, a predicate of the
     #: call, or a dict of tool names to those. Completed effects replay without asking.
     approval: ApprovalSetting = field(default=False, metadata=_CODE_ONLY)
+    #: The format approval asks in: ``"batched"`` (LangChain's ``HITLRequest``, one call per
+    #: request) or ``"per_call"`` (a ``ToolApprovalRequest`` whose ``response_schema``
+    #: LangGraph checks before it saves the answer).
+    interrupt_mode: InterruptMode = field(default="batched", metadata=_CODE_ONLY)
     #: Asked on every takeover of a call whose outcome is unknown (sync or async, one
     #: function or a dict per tool name): the result if the effect happened, else ``None``
     #: (:mod:`langchain_idempotent.reconcile`).
@@ -114,7 +158,7 @@ class Policy:
             )
         if not isinstance(self.transactional, bool):
             raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
-        check_setting(self.approval)
+        _check_approval(self.approval, self.interrupt_mode)
         check_reconcile(self.reconcile)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
@@ -187,6 +231,7 @@ class PolicyOptions(TypedDict, total=False):
     scope: Scope | KeyFunction
     transactional: bool
     approval: ApprovalSetting
+    interrupt_mode: InterruptMode
     reconcile: ReconcileOption | None
 
 

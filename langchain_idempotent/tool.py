@@ -40,8 +40,9 @@ from pydantic import (
     model_serializer,
 )
 
-from ._call import PendingCall, Verdict, adecide, build_engine, decide, unmemoized_if_error
+from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
+from .approval import Verdict, adecide, decide
 from .engine import Engine
 from .events import EventHook
 from .keys import by_field_name, model_schema
@@ -402,7 +403,8 @@ def idempotent(
 
     ``approval=True`` (or a predicate of the call, e.g. ``lambda call:
     call.args["amount"] > 500``) asks a human through LangGraph's ``interrupt()`` before
-    each new effect, once per key (see :mod:`langchain_idempotent.approval`).
+    each new effect, once per key, in the format ``interrupt_mode`` names (``"batched"``
+    or ``"per_call"``; see :mod:`langchain_idempotent.approval`).
     ``reconcile=fn`` is asked on every takeover of a call whose outcome is unknown (see
     :mod:`langchain_idempotent.reconcile`).
     """

@@ -147,12 +147,22 @@ def test_the_postgres_rows_are_measured_and_judged_in_the_same_report(
     postgres = report["postgres"]
     assert postgres["status"] == "ok", postgres
     medians = postgres["report"]["medians_us"]
-    assert {"select1", "ours_replay", "ours_first", "ours_txn_first"} <= set(medians)
+    assert {"select1", "two_writes", "ours_replay", "ours_first", "ours_txn_first"} <= set(medians)
     assert all(m > 0 for m in medians.values())
     if importlib.util.find_spec("dbos") is not None:
         assert {"dbos_first", "dbos_replay"} <= set(medians)
     assert "## PostgreSQL" in markdown
     assert "one `SELECT 1` on the same pool" in markdown
+    assert "two committed single-row writes on the same pool" in markdown
+    assert postgres["report"]["ratios"]["first_vs_two_writes"] > 0
     goals = [g for g in report["goals"] if g["goal"].startswith("PostgreSQL:")]
     assert len(goals) == 3
     assert {g["status"] for g in goals} <= {"met", "not met", "not measured"}
+
+
+def test_the_quick_run_is_compared_with_the_committed_baseline(
+    quick_run: tuple[int, dict[str, Any], str],
+) -> None:
+    _, report, markdown = quick_run
+    assert "## Against the committed baseline" in markdown
+    assert "ratios regressed by more than 10%" in report["regressions"][0]

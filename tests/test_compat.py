@@ -137,6 +137,82 @@ def test_a_running_graph_exposes_its_state_to_a_tool() -> None:
     assert _compat.graph_state_messages({}) is None
 
 
+def test_langgraph_still_names_its_config_keys_as_compat_does() -> None:
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_READ, CONFIG_KEY_SCRATCHPAD
+    except ImportError:
+        pytest.fail(moved("langgraph._internal._constants.CONFIG_KEY_READ / _SCRATCHPAD"))
+    assert CONFIG_KEY_READ == _compat.PREGEL_READ, moved("CONFIG_KEY_READ")
+    assert CONFIG_KEY_SCRATCHPAD == _compat.PREGEL_SCRATCHPAD, moved("CONFIG_KEY_SCRATCHPAD")
+
+
+def test_a_task_has_a_scratchpad_whose_interrupt_counter_is_shared_and_counts_positions() -> None:
+    """What approval's per-task turns rely on: every call of one ToolNode task sees the same
+    scratchpad; its interrupt counter is one object per run of the task that counts the
+    task's ``interrupt()`` calls; a re-run of the task gets a new counter."""
+    seen: list[tuple[Any, Any]] = []
+
+    @tool
+    def peek(x: int, config: RunnableConfig) -> str:
+        """Look at the task's scratchpad."""
+        scratchpad = _compat.task_scratchpad(config)
+        assert scratchpad is not None, moved(
+            f"LangGraph's configurable[{_compat.PREGEL_SCRATCHPAD!r}]"
+        )
+        seen.append((scratchpad, _compat.interrupt_counter(scratchpad)))
+        return "ok"
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([peek]))
+    builder.add_edge(START, "tools")
+    two = [{"name": "peek", "args": {"x": i}, "id": f"c{i}", "type": "tool_call"} for i in (1, 2)]
+    graph = builder.compile()
+    graph.invoke({"messages": [AIMessage("", tool_calls=two)]})
+    (pad_a, counter_a), (pad_b, counter_b) = seen
+    assert pad_a is pad_b and counter_a is counter_b, moved("one scratchpad per task")
+    assert [counter_a(), counter_a()] == [0, 1], moved("scratchpad.interrupt_counter()")
+    graph.invoke({"messages": [AIMessage("", tool_calls=two[:1])]})
+    assert seen[-1][1] is not counter_a, moved("a new interrupt counter per run of a task")
+    assert _compat.task_scratchpad({}) is None
+
+
+def test_a_tasks_answers_are_matched_to_its_interrupts_by_position() -> None:
+    """LangGraph hands the n-th answer of a task to its n-th ``interrupt()``, whatever the
+    question was: why ``_asking`` records which call each position asked about."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    got: list[Any] = []
+
+    def node(state: MessagesState) -> dict[str, Any]:
+        got.append((interrupt("first?"), interrupt("second?")))
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "positions"}}
+    graph.invoke({"messages": []}, config)
+    graph.invoke(Command(resume="a"), config)
+    graph.invoke(Command(resume="b"), config)
+    assert got == [("a", "b")], moved("position-matched resumes within one task")
+
+
+def test_psycopg_pool_keeps_its_idle_connections_in_a_deque() -> None:
+    """``stores/postgres/_pools.py`` takes the idle connections of a pool whose loop ended
+    from ``pool._pool`` (psycopg_pool's idle deque), to close them."""
+    from collections import deque
+
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool("postgresql://unused", open=False)
+    assert isinstance(getattr(pool, "_pool", None), deque), (
+        "psycopg_pool moved AsyncConnectionPool._pool, which "
+        "langchain_idempotent/stores/postgres/_pools.py reads: update it"
+    )
+
+
 @pytest.mark.parametrize("handle_tool_errors", [True, (Exception,)])
 def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
     handle_tool_errors: Any,
@@ -155,23 +231,63 @@ def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
     assert isinstance(raised.value, GraphBubbleUp), moved("ToolNode's GraphBubbleUp handling")
 
 
+#: Underscore attributes read with ``getattr`` outside ``_compat.py``, each a touch of a
+#: package other than LangChain / LangGraph with its own test above.
+_OTHER_PACKAGES_TOUCHES = {("_pools.py", "_pool")}  # psycopg_pool's idle deque
+
+
+def private_touches(source: str, name: str) -> list[str]:
+    """Private LangChain / LangGraph use in one module: private imports, LangGraph's
+    ``"__pregel_*"`` config keys, and underscore attributes read with ``getattr``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            ("langchain", "langgraph")
+        ):
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            if private or "._" in (node.module or ""):
+                found.append(f"{name}: from {node.module} import {private}")
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("__pregel_")
+        ):
+            found.append(f"{name}: {node.value!r}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_")
+            and (name, node.args[1].value) not in _OTHER_PACKAGES_TOUCHES
+        ):
+            found.append(f"{name}: getattr(..., {node.args[1].value!r})")
+    return found
+
+
 def test_no_other_module_touches_private_langchain_or_langgraph_names() -> None:
     package = Path(langchain_idempotent.__file__).parent
     offenders = []
     for path in package.rglob("*.py"):
-        if path.name == "_compat.py":
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                ("langchain", "langgraph")
-            ):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                if private or "._" in (node.module or ""):
-                    offenders.append(f"{path.name}: from {node.module} import {private}")
-            if isinstance(node, ast.Constant) and node.value == _compat.PREGEL_READ:
-                offenders.append(f"{path.name}: {_compat.PREGEL_READ!r}")
+        if path.name != "_compat.py":
+            offenders += private_touches(path.read_text(encoding="utf-8"), path.name)
     assert offenders == [], "private LangChain/LangGraph use outside _compat.py"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD",
+        "from langchain_core.tools.base import _format_output",
+        "pad = config['configurable']['__pregel_scratchpad']",
+        "x = '__pregel_send'",
+        "counter = getattr(scratchpad, '_counter', None)",
+    ],
+)
+def test_the_private_use_guard_sees_each_kind_of_touch(source: str) -> None:
+    assert private_touches(source, "m.py") != []
 
 
 def test_compat_lists_its_supported_ranges() -> None:

@@ -17,6 +17,8 @@ import pytest
 import langchain_idempotent
 import langchain_idempotent.stores
 
+from .support.docs import documentation_text
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "langchain_idempotent"
 FACES = {
@@ -90,10 +92,10 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         exec("from langchain_idempotent import NoSuchThing", {})
 
 
-# -- the README ---------------------------------------------------------------------------
+# -- the README and the docs site -----------------------------------------------------------
 
-README = (ROOT / "README.md").read_text()
-# Modules a README name may come from when it is not ours: Python, LangChain, LangGraph,
+README = documentation_text()
+# Modules a documented name may come from when it is not ours: Python, LangChain, LangGraph,
 # redis-py and the serializer the results go through.
 FOREIGN_MODULES = [
     "builtins",
@@ -102,6 +104,8 @@ FOREIGN_MODULES = [
     "langgraph.errors",
     "langgraph.prebuilt",
     "langgraph.types",
+    "langgraph.checkpoint.memory",
+    "langchain.agents.middleware.human_in_the_loop",
     "langgraph.checkpoint.serde.jsonplus",
     "redis",
     "redis.asyncio",
@@ -170,6 +174,7 @@ HEAVY = ["langgraph", "langchain", "langchain_core", "redis", "pydantic_settings
     [
         "import langchain_idempotent",
         "from langchain_idempotent import IdempotencyError, MissingScopeError",
+        "from langchain_idempotent.policy import Policy",  # the approval setting is in it
     ],
 )
 def test_importing_the_package_loads_no_heavy_dependency(statement: str) -> None:

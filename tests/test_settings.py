@@ -119,7 +119,8 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "scope": ("call", "call"),
     }
     assert set(env_fields()) == set(values)
-    code_only = {"terminal_exceptions", "allowed_types", "transactional", "approval", "reconcile"}
+    code_only = {"terminal_exceptions", "allowed_types", "transactional", "approval"}
+    code_only |= {"interrupt_mode", "reconcile"}
     assert set(option_names()) - set(env_fields()) == code_only
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}
     policy = Policy.from_env("APP_", environ=environ)
