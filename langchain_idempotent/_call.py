@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.messages import ToolMessage
-from langchain_core.messages.tool import ToolOutputMixin
 from pydantic import ValidationError
 
 from ._compat import NEVER_TERMINAL, loud
+from ._replay import mark_answer, restamp
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
-from .keys import CallInfo, DerivedKey, call_info, derive_key
+from .keys import CallInfo, DerivedKey, call_info, calling, derive_key
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -78,6 +78,10 @@ class PendingCall:
     def args(self) -> Mapping[str, Any]:
         """The validated model-visible arguments (for a reconcile hook)."""
         return {} if self.info is None else self.info.args
+
+    @property
+    def _checkpoint_ns(self) -> str:
+        return "" if self.info is None else self.info.checkpoint_ns
 
     @property
     def thread_id(self) -> str | None:
@@ -144,12 +148,19 @@ class PendingCall:
             self.events.append(event)
 
     def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
-        """Run ``action`` once for this call's key; dispatch events against ``config``."""
+        """Run ``action`` once for this call's key; dispatch events against ``config``. The
+        answer is stored marked (see :mod:`._replay`) and returned as the current call's."""
+        call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
+
+        def marked() -> Any:
+            with calling(key, ns):  # a sub-agent the tool invokes knows its calling call
+                return mark_answer(action(), call_id)
+
         try:
             result = engine.run(
                 self.derived.key,
                 fingerprint=self.derived.fingerprint,
-                action=action,
+                action=marked,
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
@@ -161,17 +172,23 @@ class PendingCall:
                 # No parent run (a bare call without callbacks): the log line still says it.
                 with contextlib.suppress(RuntimeError):
                     dispatch_custom_event(_event_name(event), _event_data(event), config=config)
-        return restamp(result, self.tool_call_id) if self.replayed else result
+        return restamp(result, call_id, replayed=self.replayed)
 
     async def arun(
         self, engine: Engine, action: Callable[[], Awaitable[Any]], config: RunnableConfig
     ) -> Any:
         """The async twin of :meth:`run`."""
+        call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
+
+        async def marked() -> Any:
+            with calling(key, ns):
+                return mark_answer(await action(), call_id)
+
         try:
             result = await engine.arun(
                 self.derived.key,
                 fingerprint=self.derived.fingerprint,
-                action=action,
+                action=marked,
                 tool=self.tool,
                 meta=self.derived.meta,
                 observer=self.observe,
@@ -184,31 +201,13 @@ class PendingCall:
                     await adispatch_custom_event(
                         _event_name(event), _event_data(event), config=config
                     )
-        return restamp(result, self.tool_call_id) if self.replayed else result
+        return restamp(result, call_id, replayed=self.replayed)
 
 
 def unmemoized_if_error(result: Any) -> Any:
     """An error ``ToolMessage`` (a handled tool error) is returned but never stored."""
     if isinstance(result, ToolMessage) and result.status == "error":
         return Unmemoized(result)
-    return result
-
-
-def restamp(result: Any, tool_call_id: str | None) -> Any:
-    """Point a replayed ToolMessage / Command at the current call; drop stale ids."""
-    if tool_call_id is None:
-        return result
-    if isinstance(result, ToolMessage):
-        return result.model_copy(update={"tool_call_id": tool_call_id, "id": None})
-    if isinstance(result, list) and result and all(isinstance(r, ToolOutputMixin) for r in result):
-        return [restamp(r, tool_call_id) for r in result]
-    from langgraph.types import Command
-
-    if isinstance(result, Command) and isinstance(result.update, dict):
-        messages = result.update.get("messages")
-        if isinstance(messages, list):
-            update = {**result.update, "messages": [restamp(m, tool_call_id) for m in messages]}
-            return dataclasses.replace(result, update=update)
     return result
 
 

@@ -20,7 +20,7 @@ Decoding does not use LangGraph's extension hook, which returns the bare inner a
 for a type outside its allow-list (a ``dict`` for a model, ``"rm -rf /"`` for a payload
 naming ``os.system``) and falls back silently when a constructor fails. Here every
 extension must name a type on the allow-list — LangGraph's safe types
-(``SAFE_MSGPACK_TYPES``: messages, ``Command``, ``Send``, datetimes, ``Decimal``, sets,
+(its ``SAFE_MSGPACK_TYPES``: messages, ``Command``, ``Send``, datetimes, ``Decimal``, sets,
 paths, ...) or one the user allowed — and be rebuilt by it exactly; anything else raises
 :class:`Refused`, naming the type. Allowed classes passed as objects are looked up in the
 allow-list itself (no import, so a class defined inside a function works); only named
@@ -41,20 +41,27 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import ormsgpack
-from langgraph.checkpoint.serde import jsonplus as _jsonplus
-from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
+from langgraph.checkpoint.serde.jsonplus import (
+    EXT_CONSTRUCTOR_KW_ARGS,
+    EXT_CONSTRUCTOR_POS_ARGS,
+    EXT_CONSTRUCTOR_SINGLE_ARG,
+    EXT_METHOD_SINGLE_ARG,
+    EXT_PYDANTIC_V2,
+)
 from pydantic import BaseModel
+
+from ._compat import langgraph_msgpack_default, safe_msgpack_types, send_from_args
 
 __all__ = ["Codec", "Refused", "is_plain"]
 
 _TUPLE, _ZONED, _OBJECT, _MODEL = 100, 101, 102, 103
 
 # LangGraph's extension codes (langgraph.checkpoint.serde.jsonplus), which we also read.
-_SINGLE = _jsonplus.EXT_CONSTRUCTOR_SINGLE_ARG
-_POS = _jsonplus.EXT_CONSTRUCTOR_POS_ARGS
-_KW = _jsonplus.EXT_CONSTRUCTOR_KW_ARGS
-_METHOD = _jsonplus.EXT_METHOD_SINGLE_ARG
-_PYDANTIC_V2 = _jsonplus.EXT_PYDANTIC_V2
+_SINGLE = EXT_CONSTRUCTOR_SINGLE_ARG
+_POS = EXT_CONSTRUCTOR_POS_ARGS
+_KW = EXT_CONSTRUCTOR_KW_ARGS
+_METHOD = EXT_METHOD_SINGLE_ARG
+_PYDANTIC_V2 = EXT_PYDANTIC_V2
 
 _OPTION = (
     ormsgpack.OPT_NON_STR_KEYS
@@ -86,7 +93,7 @@ class Codec:
 
     def __init__(self, allowed: Iterable[type | tuple[str, str]] = ()) -> None:
         self._classes: dict[tuple[str, str], type] = {}
-        self._named: set[tuple[str, str]] = {(m, n) for m, n in SAFE_MSGPACK_TYPES}
+        self._named: set[tuple[str, str]] = set(safe_msgpack_types())
         for entry in allowed:
             if isinstance(entry, type):
                 self._classes[_name(entry)] = entry
@@ -134,7 +141,7 @@ class Codec:
         if _name(cls) in self._classes and is_plain(obj):
             return self._ext(_OBJECT, [*_name(cls), dict(vars(obj))], default)
         # Everything else as LangGraph writes it (its leaf types: UUID, Decimal, Enum, ...).
-        return _jsonplus._msgpack_default(obj)
+        return langgraph_msgpack_default(obj)
 
     # -- decoding ------------------------------------------------------------------------
 
@@ -187,7 +194,7 @@ class Codec:
             return cls(arg)
         if code == _POS:
             if (module, name) == ("langgraph.types", "Send"):
-                return _jsonplus._send_from_args(arg)
+                return send_from_args(arg)
             return cls(*arg)
         if code in (_KW, _PYDANTIC_V2):
             return cls(**arg)
@@ -211,10 +218,18 @@ def _list(value: Any, length: int | None) -> list[Any]:
 _BUILTIN_VALUES = (str, bytes, bytearray, int, float, complex, list, dict, tuple, set, frozenset)
 
 
+def _has_dict(obj: Any) -> bool:
+    try:
+        vars(obj)
+    except TypeError:
+        return False
+    return True
+
+
 def is_plain(obj: Any) -> bool:
     """An object whose state is its ``__dict__`` (no enum, model, dataclass or builtin)."""
     return (
-        hasattr(obj, "__dict__")
+        _has_dict(obj)
         and not isinstance(obj, Enum | BaseModel | type | BaseException)
         and not isinstance(obj, _BUILTIN_VALUES)
         and type(obj).__module__ != "builtins"

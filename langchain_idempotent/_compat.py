@@ -34,6 +34,18 @@ LangGraph's ``configurable                      the running task's scratchpad, w
 LangGraph's position-matched resumes            the n-th ``interrupt()`` of a task gets the
                                                 n-th answer; ``_asking`` records which call
                                                 each position asked about
+``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
+``_is_injected_arg_type``                       the id its replay answers
+                                                (:func:`injected_call_id_names`)
+``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
+``configurable["checkpoint_map"]``              call under ``scope="turn"``
+                                                (:func:`root_state_messages`)
+``langgraph.checkpoint.serde._msgpack.``        result storage (:mod:`._codec`) writes
+``SAFE_MSGPACK_TYPES``, ``jsonplus.``           LangGraph's msgpack extensions for leaf types
+``_msgpack_default``, ``_send_from_args``       and reads back exactly LangGraph's safe types
+                                                (:func:`safe_msgpack_types`,
+                                                :func:`langgraph_msgpack_default`,
+                                                :func:`send_from_args`)
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
@@ -75,7 +87,10 @@ __all__ = [
     "graph_state_messages",
     "injected_args_keys",
     "interrupt_counter",
+    "langgraph_msgpack_default",
     "loud",
+    "safe_msgpack_types",
+    "send_from_args",
     "task_scratchpad",
     "to_args_and_kwargs",
 ]
@@ -88,6 +103,7 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 PREGEL_READ = "__pregel_read"
 #: LangGraph's internal ``configurable`` key holding the running task's scratchpad.
 PREGEL_SCRATCHPAD = "__pregel_scratchpad"
+PREGEL_CHECKPOINTER = "__pregel_checkpointer"
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -244,3 +260,93 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+def root_state_messages(config: RunnableConfig) -> Any:
+    """The ``messages`` channel of the thread's outermost graph, read from its checkpoint
+    (the one this step started from when LangGraph's ``checkpoint_map`` names it, else the
+    latest), or ``None`` without a checkpointer or such a channel."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    thread_id = configurable.get("thread_id")
+    if saver is None or not hasattr(saver, "get_tuple") or thread_id is None:
+        return None
+    root: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    checkpoint_map = configurable.get("checkpoint_map")
+    if isinstance(checkpoint_map, dict) and checkpoint_map.get(""):
+        root["checkpoint_id"] = checkpoint_map[""]
+    try:
+        saved = saver.get_tuple({"configurable": root})
+        if saved is None and "checkpoint_id" in root:
+            del root["checkpoint_id"]
+            saved = saver.get_tuple({"configurable": root})
+    except Exception:  # a saver that cannot answer here (an async-only one): no outer turn
+        return None
+    if saved is None:
+        return None
+    return saved.checkpoint.get("channel_values", {}).get("messages")
+
+
+def injected_call_id_names(tool: Any) -> list[str]:
+    """The parameters of ``tool`` annotated ``InjectedToolCallId`` (its schema's and its
+    function's: a custom ``args_schema`` leaves it out), as LangChain finds them."""
+    import typing
+
+    from langchain_core.tools import InjectedToolCallId
+    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
+
+    hints: dict[str, Any] = {}
+    schema = getattr(tool, "args_schema", None)
+    if isinstance(schema, type):
+        hints.update(get_all_basemodel_annotations(schema))
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        if fn is not None:
+            try:
+                hints.update(typing.get_type_hints(fn, include_extras=True))
+            except Exception:  # unresolvable annotations: nothing to learn from them
+                continue
+    return [
+        name
+        for name, hint in hints.items()
+        if _is_injected_arg_type(hint, injected_type=InjectedToolCallId)
+    ]
+
+
+def reads_graph_state(hint: Any) -> bool:
+    """Whether a parameter annotated ``hint`` is handed the graph state: ``InjectedState``
+    (LangGraph's marker, as ToolNode finds it) or a ``ToolRuntime``."""
+    import typing
+
+    from langchain_core.tools.base import _is_injected_arg_type
+    from langgraph.prebuilt import InjectedState, ToolRuntime
+
+    if _is_injected_arg_type(hint, injected_type=InjectedState):
+        return True
+    for candidate in (hint, typing.get_origin(hint), *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
+            return True
+    return False
+
+
+# -- result storage (_codec) ---------------------------------------------------------------
+
+
+def safe_msgpack_types() -> frozenset[tuple[str, str]]:
+    """LangGraph's own allow-list of ``(module, name)`` a checkpoint may revive."""
+    from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
+
+    return frozenset((str(m), str(n)) for m, n, *_ in SAFE_MSGPACK_TYPES)
+
+
+def langgraph_msgpack_default(obj: Any) -> Any:
+    """LangGraph's msgpack extension for ``obj`` (UUID, Decimal, Enum, datetime, ...)."""
+    from langgraph.checkpoint.serde import jsonplus
+
+    return jsonplus._msgpack_default(obj)
+
+
+def send_from_args(args: Any) -> Any:
+    """A ``Send`` from its stored positional arguments (with its ``timeout``, if any)."""
+    from langgraph.checkpoint.serde import jsonplus
+
+    return jsonplus._send_from_args(args)

@@ -1,13 +1,24 @@
 """Idempotency keys: which calls are "the same effect".
 
-``key = sha256(version, namespace, scope, thread_id, graph path, node, tool, canonical
-arguments[, scope part])``, every part length-prefixed so no two tuples collide.
+``key = sha256(version, namespace, scope, thread_id, graph path, node, agent, calling
+call, tool, canonical arguments[, scope part])``, every part length-prefixed so no two
+tuples collide; :func:`explain_key` shows the parts of one key.
 
+* version: ``v<canonicaliser>.k<key format>`` (:data:`KEY_VERSION`); changing either
+  rule changes every key, so each is versioned.
 * thread id: ``configurable.idempotency_scope``, else ``configurable.thread_id``, else an
   enclosing :func:`~langchain_idempotent.idempotency_scope`; no thread → ``MissingScopeError``.
-* graph path: ``checkpoint_ns`` with the task ids removed (``outer|tools``, never
-  ``outer:9dd2…``): task ids change when the LLM step re-runs.
+* graph path: ``checkpoint_ns`` with the task ids and LangGraph's per-task call counters
+  removed (``billing:9dd2…|1|tools:41c5…`` → ``billing|tools``): task ids change when the
+  LLM step re-runs, and the counter grows each time a retried task invokes the same
+  subgraph again, so neither may be part of "the same effect".
 * node: ``metadata.langgraph_node`` (inside a subgraph only the leaf name, hence the path).
+* agent: ``metadata.lc_agent_name``, the innermost named agent (``create_agent(name=...)``,
+  deepagents' sub-agents); a subgraph mounted as a node is already told apart by its path.
+* calling call: for a call made while another memoized call runs (a sub-agent invoked
+  from inside a wrapped tool, deepagents' ``task``), that call's key. A retry of the
+  calling call derives the same key, so the sub-agent's effects replay; two calling calls
+  (other tools, other arguments) never share one, so two sub-agents never collide.
 * canonical arguments: only the fields of the model-visible schema (injected state, store,
   runtime and call ids never enter the key), validated through that schema, then RFC 8785.
 
@@ -18,7 +29,9 @@ scope    key adds                                     trade-off
 ======== ============================================ ======================================
 thread   nothing (default)                            a deliberate repeat in a later user turn
                                                       is suppressed (replayed)
-turn     the id of the last human message             a new user turn may repeat the call
+turn     the id of the last human message of the      a new user turn may repeat the call
+         outermost graph (a sub-agent's own input
+         message is made afresh by its caller)
 call     the ``tool_call_id`` (arguments leave the    a retry through a re-run LLM step gets a
          key and become the fingerprint)              new id and runs again
 function whatever the function returns (the arguments the function decides
@@ -31,8 +44,12 @@ The fingerprint (a hash of tool and canonical arguments) is stored with the reco
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable, Mapping
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,17 +59,33 @@ from .canonical import CANONICAL_VERSION, canonical_json, json_arguments
 from .context import current_scope
 from .errors import InvalidArgumentsError, MissingScopeError
 
+#: ``(namespace, custom key)`` → the agent name that first used it, to warn when a key
+#: function merges two agents (bounded; per process).
+_seen_keys: dict[tuple[str, str], str] = {}
+_seen_lock = threading.Lock()
+_SEEN_LIMIT = 10_000
+
+
+class AgentCollisionWarning(UserWarning):
+    """A key function gave two agents that the library tells apart the same key."""
+
+
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
 __all__ = [
+    "KEY_VERSION",
+    "AgentCollisionWarning",
     "CallInfo",
     "DerivedKey",
+    "KeyExplanation",
     "KeyFunction",
     "Scope",
     "by_field_name",
     "call_info",
+    "calling",
     "derive_key",
+    "explain_key",
     "graph_path",
     "model_schema",
     "visible_arguments",
@@ -65,6 +98,29 @@ Scope = Literal["thread", "turn", "call"]
 SCOPE_CONFIG_KEY = "idempotency_scope"
 #: ``configurable`` key that names the user turn explicitly under ``scope="turn"``.
 TURN_CONFIG_KEY = "idempotency_turn"
+
+#: Bumped whenever the parts of a key or their rules change (it is part of every key).
+#: 1: thread, graph path without task ids, node, tool, arguments. 2: the graph path also
+#: drops per-task call counters; the agent's name and the calling call join the key;
+#: ``turn`` is the outermost graph's turn.
+KEY_VERSION = 2
+
+#: The key and ``checkpoint_ns`` of the memoized call whose tool is running now.
+_calling: ContextVar[tuple[str, str] | None] = ContextVar(
+    "langchain_idempotent_calling", default=None
+)
+
+
+@contextlib.contextmanager
+def calling(key: str, checkpoint_ns: str) -> Iterator[None]:
+    """While a memoized call's tool runs: calls made inside it in a graph it started (a
+    sub-agent the tool invokes: another ``checkpoint_ns``) carry ``key`` as their
+    :attr:`CallInfo.parent_call`. A tool called directly by the tool is no sub-agent."""
+    token = _calling.set((key, checkpoint_ns))
+    try:
+        yield
+    finally:
+        _calling.reset(token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +137,12 @@ class CallInfo:
     node: str | None
     tool_call_id: str | None
     config: RunnableConfig = field(repr=False, compare=False)
+    #: The innermost named agent (``metadata["lc_agent_name"]``), if any.
+    agent_name: str | None = None
+    #: ``checkpoint_ns`` as LangGraph gave it (task ids and counters included).
+    checkpoint_ns: str = ""
+    #: The key of the memoized call this call runs inside (a sub-agent's caller), if any.
+    parent_call: str | None = None
 
 
 #: A user key function: gets the call's :class:`CallInfo`, returns a non-empty string that
@@ -96,10 +158,13 @@ class DerivedKey:
 
 
 def graph_path(checkpoint_ns: str | None) -> str:
-    """``"outer:9dd2…|tools:41c5…"`` → ``"outer|tools"``."""
+    """``"outer:9dd2…|tools:41c5…"`` → ``"outer|tools"``; ``"billing:9dd2…|1|tools:41c5…"``
+    → ``"billing|tools"`` (a call counter is the same subgraph invoked again by a retry)."""
     if not checkpoint_ns:
         return ""
-    return "|".join(part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part)
+    return "|".join(
+        part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part and not part.isdigit()
+    )
 
 
 class _SingleInput(dict[str, Any]):
@@ -207,18 +272,30 @@ def call_info(
     configurable = config.get("configurable") or {}
     metadata = config.get("metadata") or {}
     ns = configurable.get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns")
+    ns = ns if isinstance(ns, str) else ""
     node = metadata.get("langgraph_node")
+    agent = metadata.get("lc_agent_name")
     return CallInfo(
         tool=tool,
         args=args,
         canonical_args=canonical_json(args),
         namespace=namespace,
         thread_id=_thread_id(config),
-        graph_path=graph_path(ns if isinstance(ns, str) else None),
+        graph_path=graph_path(ns),
         node=str(node) if node is not None else None,
         tool_call_id=tool_call_id,
         config=config,
+        agent_name=str(agent) if agent else None,
+        checkpoint_ns=ns,
+        parent_call=_parent_call(ns),
     )
+
+
+def _parent_call(checkpoint_ns: str) -> str | None:
+    outer = _calling.get()
+    if outer is None or outer[1] == checkpoint_ns:
+        return None
+    return outer[0]
 
 
 def _digest(*parts: str | bytes) -> str:
@@ -230,8 +307,24 @@ def _digest(*parts: str | bytes) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class KeyExplanation:
+    """Which parts made a key, in the order they are hashed (see :func:`explain_key`)."""
+
+    key: str
+    scope: str
+    parts: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        width = max(len(name) for name, _ in self.parts)
+        lines = [f"key    {self.key}", f"scope  {self.scope}"]
+        lines += [f"  {name:<{width}}  {value or '(none)'}" for name, value in self.parts]
+        return "\n".join(lines)
+
+
 def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
     """The key, fingerprint and record meta for one call under ``scope``."""
+    explained = _explain(info, scope)
     fingerprint = _digest("fp", info.tool, info.canonical_args)[:32]
     meta = {
         "namespace": info.namespace,
@@ -239,8 +332,56 @@ def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
         "tool": info.tool,
         "node": info.node or "",
         "graph_path": info.graph_path,
+        "agent": info.agent_name or "",
+        "parent_call": info.parent_call or "",
+        "key_version": str(KEY_VERSION),
     }
-    version = f"v{CANONICAL_VERSION}"
+    return DerivedKey(explained.key, fingerprint, meta)
+
+
+def explain_key(
+    call: CallInfo | Any,
+    tool_input: str | Mapping[str, Any] | None = None,
+    config: RunnableConfig | None = None,
+    *,
+    scope: Scope | KeyFunction | None = None,
+    namespace: str | None = None,
+) -> KeyExplanation:
+    """Which parts made a key: the key and its parts in the order they are hashed
+    (``print()`` it for a table). Raises what :func:`derive_key` raises.
+
+    ``call`` is a :class:`CallInfo` (a key function or an approval predicate has one), or a
+    tool (an :class:`~langchain_idempotent.IdempotentTool` brings its scope and namespace)
+    with the ``tool_input`` it is invoked with (a ``ToolCall`` or its arguments) and the
+    ``config`` it runs under (``{"configurable": {"thread_id": ..., "checkpoint_ns": ...},
+    "metadata": {"langgraph_node": ..., "lc_agent_name": ...}}``)::
+
+        print(explain_key(wrapped_refund, {"invoice_id": "INV-7", "amount": 140},
+                          {"configurable": {"thread_id": "t-1"}}))
+    """
+    policy = getattr(call, "policy", None)
+    chosen: Scope | KeyFunction = scope or getattr(policy, "scope", None) or "thread"
+    if isinstance(call, CallInfo):
+        return _explain(call, chosen)
+    if tool_input is None:
+        raise TypeError("explain_key(tool, tool_input, config): give the call's input")
+    tool_call_id = None
+    args: Any = tool_input
+    if isinstance(tool_input, Mapping) and tool_input.get("type") == "tool_call":
+        args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
+    info = call_info(
+        tool=call.name,
+        schema=model_schema(call),
+        tool_input=args,
+        tool_call_id=tool_call_id,
+        config=config or {},
+        namespace=namespace or str(getattr(policy, "namespace", "default")),
+    )
+    return _explain(info, chosen)
+
+
+def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
+    version = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
     if callable(scope):
         user_key = scope(info)
         if not isinstance(user_key, str) or not user_key:
@@ -248,7 +389,14 @@ def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
                 f"the key function for tool {info.tool!r} must return a non-empty string, "
                 f"got {user_key!r}"
             )
-        return DerivedKey(_digest(version, info.namespace, "custom", user_key), fingerprint, meta)
+        _check_key_function(info, user_key)
+        custom: tuple[tuple[str, str], ...] = (
+            ("version", version),
+            ("namespace", info.namespace),
+            ("custom", user_key),
+        )
+        key = _digest(version, info.namespace, "custom", user_key)
+        return KeyExplanation(key, "custom", custom)
     if info.thread_id is None:
         raise MissingScopeError(
             f"tool {info.tool!r} was called without a thread id, so there is nothing to make "
@@ -257,43 +405,83 @@ def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
             "wrap the call in `with idempotency_scope('order-123'):` or pass "
             f"config={{'configurable': {{'{SCOPE_CONFIG_KEY}': 'order-123'}}}}"
         )
-    base = (
-        version,
-        info.namespace,
-        scope,
-        info.thread_id,
-        info.graph_path,
-        info.node or "",
-        info.tool,
-    )
+    named: list[tuple[str, str | bytes]] = [
+        ("version", version),
+        ("namespace", info.namespace),
+        ("scope", scope),
+        ("thread_id", info.thread_id),
+        ("graph_path", info.graph_path),
+        ("node", info.node or ""),
+        ("agent", info.agent_name or ""),
+        ("parent_call", info.parent_call or ""),
+        ("tool", info.tool),
+    ]
     if scope == "thread":
-        return DerivedKey(_digest(*base, info.canonical_args), fingerprint, meta)
-    if scope == "call":
+        named.append(("arguments", info.canonical_args))
+    elif scope == "call":
         if not info.tool_call_id:
             raise MissingScopeError(
                 f"tool {info.tool!r} uses scope='call' but was invoked without a tool call id; "
                 "invoke it with a ToolCall ({'name', 'args', 'id', 'type': 'tool_call'}) or "
                 "use scope='thread'"
             )
-        return DerivedKey(_digest(*base, info.tool_call_id), fingerprint, meta)
-    turn = _turn_id(info.config)
-    if turn is None:
-        raise MissingScopeError(
-            f"tool {info.tool!r} uses scope='turn' but no user turn was found: the graph "
-            "state has no human message; pass config={'configurable': "
-            f"{{'{TURN_CONFIG_KEY}': ...}}}} to name the turn"
-        )
-    return DerivedKey(_digest(*base, info.canonical_args, turn), fingerprint, meta)
+        named.append(("tool_call_id", info.tool_call_id))
+    else:
+        turn = _turn_id(info.config, nested=bool(info.parent_call or "|" in info.graph_path))
+        if turn is None:
+            raise MissingScopeError(
+                f"tool {info.tool!r} uses scope='turn' but no user turn was found: the graph "
+                "state has no human message; pass config={'configurable': "
+                f"{{'{TURN_CONFIG_KEY}': ...}}}} to name the turn"
+            )
+        named += [("arguments", info.canonical_args), ("turn", turn)]
+    key = _digest(*(value for _, value in named))
+    parts = tuple(
+        (name, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+        for name, value in named
+    )
+    return KeyExplanation(key, scope, parts)
 
 
-def _turn_id(config: RunnableConfig) -> str | None:
-    """The id of the last human message in the graph state (or ``idempotency_turn``)."""
+def _check_key_function(info: CallInfo, user_key: str) -> None:
+    """Warn when a key function gives two agents one key although the library tells them
+    apart by name: one agent's effect would be replayed to the other. (Two calls of one
+    agent sharing a business key, from different calling calls, are what such a key is
+    for: no warning.)"""
+    agent = info.agent_name or ""
+    with _seen_lock:
+        first = _seen_keys.setdefault((info.namespace, user_key), agent)
+        if len(_seen_keys) > _SEEN_LIMIT:
+            _seen_keys.pop(next(iter(_seen_keys)))
+    if first == agent:
+        return
+
+    def name(agent: str) -> str:
+        return repr(agent) if agent else "an unnamed agent"
+
+    warnings.warn(
+        f"the key function for tool {info.tool!r} gave the same key {user_key!r} to two "
+        f"agents the library tells apart: {name(first)} and {name(agent)}; one agent's "
+        "effect will be replayed to the other. Put call.agent_name into the key if they "
+        "are different effects.",
+        AgentCollisionWarning,
+        stacklevel=2,
+    )
+
+
+def _turn_id(config: RunnableConfig, *, nested: bool) -> str | None:
+    """``idempotency_turn``, else the id of the last human message of the outermost graph
+    (for a nested call, read from the thread's root checkpoint), else of this graph."""
     configurable = config.get("configurable") or {}
     explicit = configurable.get(TURN_CONFIG_KEY)
     if explicit is not None:
         return str(explicit)
-    from ._compat import graph_state_messages
+    from ._compat import graph_state_messages, root_state_messages
 
+    if nested:
+        outer = turn_from_messages(root_state_messages(config))
+        if outer is not None:
+            return outer
     return turn_from_messages(graph_state_messages(config))
 
 

@@ -36,7 +36,7 @@ from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import format_tool_output
 from .approval import Verdict, adecide, decide
 from .events import EventHook
-from .keys import TURN_CONFIG_KEY, model_schema, turn_from_messages
+from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -130,7 +130,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if call["name"] not in self.tool_names or request.tool is None:
             return None
         policy = self.engine.policy
-        if policy.scope == "turn":
+        if policy.scope == "turn" and not _nested(config):  # nested: the outermost turn
             turn = _turn_from_state(request.state)
             if turn is not None:
                 config = {
@@ -174,6 +174,11 @@ def _as_message(result: Any, request: ToolCallRequest, pending: PendingCall) -> 
     else:
         result = format_tool_output(result, None, pending.tool_call_id, tool.name)
     return cast(_Result, result)
+
+
+def _nested(config: RunnableConfig) -> bool:
+    ns = (config.get("configurable") or {}).get("checkpoint_ns")
+    return "|" in graph_path(ns if isinstance(ns, str) else None)
 
 
 def _turn_from_state(state: Any) -> str | None:

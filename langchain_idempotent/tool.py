@@ -42,6 +42,8 @@ from pydantic import (
 
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
+from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
+from ._replay import direct_call_id
 from .approval import Verdict, adecide, decide
 from .engine import Engine
 from .events import EventHook
@@ -67,10 +69,14 @@ class IdempotentTool(BaseTool):
     """The engine (store + policy) the calls go through."""
     _runner: BaseTool = PrivateAttr()
     _direct: DirectCall | None = PrivateAttr()
+    _handoff: Handoff | None = PrivateAttr()
 
-    def __init__(self, inner: BaseTool, *, engine: Engine, **kwargs: Any) -> None:
+    def __init__(
+        self, inner: BaseTool, *, engine: Engine, handoff: Handoff | None = None, **kwargs: Any
+    ) -> None:
         if isinstance(inner, IdempotentTool):
             raise ValueError(f"tool {inner.name!r} is already idempotent; wrap it once")
+        check_handoff(inner, handoff)
         direct = DirectCall.of(inner)
         if direct is not None:
             # This wrapper's tool run is the only one: it carries the inner tool's callbacks.
@@ -94,6 +100,7 @@ class IdempotentTool(BaseTool):
             **kwargs,
         )
         self._direct = direct
+        self._handoff = handoff
         # Through invoke (a tool that overrides it), the inner tool runs with its error
         # handling switched off: a ToolException then releases the key (a handled error must
         # not be memoized) and this wrapper, which copied ``handle_tool_error``, turns it
@@ -167,6 +174,7 @@ class IdempotentTool(BaseTool):
             args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
         else:
             args = tool_input
+            tool_call_id = tool_call_id or direct_call_id(self.inner, tool_input)
         args = by_field_name(self.inner.args_schema, args)
         return PendingCall.derive(
             tool=self.name,
@@ -190,6 +198,8 @@ class IdempotentTool(BaseTool):
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self._handoff == "rerun":  # control flow: the current state's answer, every time
+            return self.inner.invoke(input, config, **kwargs)
         config = ensure_config(config)
         pending = self._derive(input, config)
         if pending is not None:
@@ -204,6 +214,8 @@ class IdempotentTool(BaseTool):
             _pending.reset(token)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self._handoff == "rerun":
+            return await self.inner.ainvoke(input, config, **kwargs)
         config = ensure_config(config)
         pending = self._derive(input, config)
         if pending is not None:
@@ -292,8 +304,10 @@ class IdempotentTool(BaseTool):
         def action() -> Any:
             if direct is not None:
                 result = direct.run(args, kwargs, config=config, run_manager=run_manager)
-                return unmemoized_if_error(result)
-            return self._shape(self._runner.invoke(self._envelope(pending), child))
+                return self._kept(unmemoized_if_error(result), pending)
+            return self._kept(
+                self._shape(self._runner.invoke(self._envelope(pending), child)), pending
+            )
 
         return pending.run(self.engine, action, child)
 
@@ -315,10 +329,17 @@ class IdempotentTool(BaseTool):
         async def action() -> Any:
             if direct is not None:
                 result = await direct.arun(args, kwargs, config=config, run_manager=run_manager)
-                return unmemoized_if_error(result)
-            return self._shape(await self._runner.ainvoke(self._envelope(pending), child))
+                return self._kept(unmemoized_if_error(result), pending)
+            result = self._shape(await self._runner.ainvoke(self._envelope(pending), child))
+            return self._kept(result, pending)
 
         return await pending.arun(self.engine, action, child)
+
+    def _kept(self, result: Any, pending: PendingCall) -> Any:
+        """A handoff's Command that carries a copy of the state is not stored."""
+        if self._handoff != "replay":
+            return result
+        return stored_handoff(result, self.name, pending.tool_call_id)
 
     def _envelope(self, pending: PendingCall) -> Any:
         """What the inner tool is invoked with: the caller's input, or for an artifact tool
@@ -366,6 +387,7 @@ def idempotent(
     *,
     policy: Policy | None = None,
     on_event: EventHook | None = None,
+    handoff: Handoff | None = None,
     **options: Unpack[PolicyOptions],
 ) -> IdempotentTool: ...
 
@@ -377,6 +399,7 @@ def idempotent(
     *,
     policy: Policy | None = None,
     on_event: EventHook | None = None,
+    handoff: Handoff | None = None,
     **options: Unpack[PolicyOptions],
 ) -> list[IdempotentTool]: ...
 
@@ -387,6 +410,7 @@ def idempotent(
     *,
     policy: Policy | None = None,
     on_event: EventHook | None = None,
+    handoff: Handoff | None = None,
     **options: Unpack[PolicyOptions],
 ) -> IdempotentTool | list[IdempotentTool]:
     """Wrap a tool (or a list of tools) so each call runs at most once per key.
@@ -407,18 +431,28 @@ def idempotent(
     or ``"per_call"``; see :mod:`langchain_idempotent.approval`).
     ``reconcile=fn`` is asked on every takeover of a call whose outcome is unknown (see
     :mod:`langchain_idempotent.reconcile`).
+
+    A tool that reads the graph state and returns a ``Command`` (a handoff; deepagents'
+    ``task``) is refused unless ``handoff="rerun"`` (run it on every call, no record) or
+    ``handoff="replay"`` (memoize a Command that carries only its own answer) says what
+    its replay means (see :mod:`langchain_idempotent._handoff`).
     """
     engine = build_engine(
         store, policy=policy, options=options, on_event=on_event, who="idempotent()"
     )
 
-    def wrap(t: BaseTool | Callable[..., Any]) -> IdempotentTool:
+    single = isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools)
+
+    def wrap(t: BaseTool | Callable[..., Any], handoff: Handoff | None) -> IdempotentTool:
         if not isinstance(t, BaseTool):
             if not callable(t):
                 raise TypeError(f"idempotent() wraps tools or functions, got {t!r}")
             t = as_tool(t)
-        return IdempotentTool(t, engine=engine)
+        if not single and not is_handoff(t):
+            handoff = None
+        return IdempotentTool(t, engine=engine, handoff=handoff)
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
-        return wrap(tool_or_tools)  # type: ignore[arg-type]
-    return [wrap(t) for t in tool_or_tools]
+        return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]
+    # In a list, handoff= is for the handoffs in it: every other tool stays memoized.
+    return [wrap(t, handoff) for t in tool_or_tools]

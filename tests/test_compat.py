@@ -294,3 +294,66 @@ def test_compat_lists_its_supported_ranges() -> None:
     doc = inspect.getdoc(_compat) or ""
     for package in ("langchain-core", "langgraph", "langchain"):
         assert f"``{package}``" in doc
+
+
+def test_the_injected_call_id_parameter_is_found_even_outside_a_custom_schema() -> None:
+    from pydantic import BaseModel
+
+    class Input(BaseModel):
+        x: int
+
+    @tool(args_schema=Input)
+    def echo(x: int, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        """Echo."""
+        return str(x)
+
+    assert _compat.injected_call_id_names(echo) == ["tool_call_id"], moved(
+        "langchain_core.tools.base._is_injected_arg_type"
+    )
+
+
+def test_a_nested_graph_reads_the_outermost_graphs_messages_from_its_checkpoint() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END
+
+    seen: list[Any] = []
+
+    def inner(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        seen.append(_compat.root_state_messages(config))
+        return {}
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", END)
+    subgraph = sub.compile()
+
+    def outer(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        subgraph.invoke({"messages": [HumanMessage("made afresh", id="sub-1")]}, config)
+        return {}
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("outer", outer)
+    parent.add_edge(START, "outer")
+    parent.add_edge("outer", END)
+    graph = parent.compile(checkpointer=InMemorySaver())
+    graph.invoke(
+        {"messages": [HumanMessage("the user", id="u-1")]}, {"configurable": {"thread_id": "t"}}
+    )
+    [messages] = seen
+    assert [m.id for m in messages] == ["u-1"], moved("configurable checkpointer / checkpoint_map")
+
+
+def test_langgraphs_msgpack_helpers_that_result_storage_uses_still_exist() -> None:
+    import uuid
+
+    import ormsgpack
+    from langgraph.types import Send
+
+    safe = _compat.safe_msgpack_types()
+    assert ("langchain_core.messages.tool", "ToolMessage") in safe, moved("SAFE_MSGPACK_TYPES")
+    assert ("zoneinfo", "ZoneInfo") in safe, moved("SAFE_MSGPACK_TYPES")
+    ext = _compat.langgraph_msgpack_default(uuid.UUID(int=1))
+    assert isinstance(ext, ormsgpack.Ext), moved("jsonplus._msgpack_default")
+    send = _compat.send_from_args(["node", {"x": 1}])
+    assert isinstance(send, Send) and send.node == "node", moved("jsonplus._send_from_args")

@@ -8,6 +8,7 @@
     langchain-idempotent delete  KEY [--yes]
     langchain-idempotent resolve KEY (--result JSON | --text TEXT | --free) [--force] [--yes]
     langchain-idempotent doctor  [--pings N] [--strict] [--json]
+    langchain-idempotent explain --tool NAME --args JSON [--thread T] [--checkpoint-ns NS] ...
 
 Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…``,
 ``rediss://…``, ``unix://…``, ``redis+cluster://…``, ``rediss+cluster://…``,
@@ -36,7 +37,8 @@ state the command does not apply to, or the operator declined; 2 bad arguments;
 3 ``doctor --strict`` found a risk.
 
 The package: this module (``main``, the argument parser, confirmation and redaction),
-:mod:`.records` (``ls``, ``show``, ``purge``, ``delete``, ``resolve``) and :mod:`.doctor`.
+:mod:`.records` (``ls``, ``show``, ``purge``, ``delete``, ``resolve``), :mod:`.doctor` and
+:mod:`.explain` (``explain``: the parts of a key; needs no store).
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command == "explain":  # needs no store
+        from . import explain
+
+        return explain.run(args, out=sys.stdout, err=sys.stderr)
 
     # Imported only once a command runs, so that --help and usage errors stay cheap: the
     # settings load pydantic-settings and, through the policy, LangGraph's serializer; a
@@ -216,6 +222,10 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--pings", type=_positive_int, default=10, help="latency samples")
     doctor.add_argument("--strict", action="store_true", help="exit 3 when a risk is found")
     doctor.add_argument("--json", action="store_true", help="one JSON document")
+
+    from .explain import add_parser as add_explain
+
+    add_explain(sub)
     return parser
 
 
