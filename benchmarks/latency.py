@@ -30,6 +30,8 @@ from typing import Any
 
 import redis
 
+from langchain_idempotent.context import side_effect
+
 from . import ours
 from .floor import LuaFloor
 from .reference import ReferenceIdempotency
@@ -52,6 +54,8 @@ ROWS: list[tuple[str, str]] = [
     ("ours_redis", "ours, `RedisIdempotencyStore`"),
     ("ours_sqlite", "ours, `SqliteIdempotencyStore`"),
     ("ours_memory", "ours, `InMemoryIdempotencyStore`"),
+    ("ours_redis_marked", "ours, Redis, the action inside `side_effect()` (`boundary=True`)"),
+    ("ours_sqlite_marked", "ours, SQLite, the action inside `side_effect()` (`boundary=True`)"),
     ("graph_plain", "LangGraph ToolNode step, tool unwrapped"),
     ("graph_memory", "LangGraph ToolNode step, tool wrapped (in-memory store)"),
     ("graph_redis", "LangGraph ToolNode step, tool wrapped (Redis store)"),
@@ -283,14 +287,22 @@ def _powertools_cases(ctx: Context) -> list[LatencyCase]:
 # -- ours ------------------------------------------------------------------------------
 
 
-def _ours_cases(ctx: Context, kind: str) -> list[LatencyCase]:
-    row = f"ours_{kind}"
+def _ours_cases(ctx: Context, kind: str, *, marked: bool = False) -> list[LatencyCase]:
+    """``marked``: the tool declares ``boundary=True`` and runs its action inside
+    ``side_effect()`` (one store write more per first run; a replay runs nothing)."""
+    row = f"ours_{kind}_marked" if marked else f"ours_{kind}"
     store = ours.make_store(kind, redis_url=ctx.server.url, workdir=ctx.workdir)
     ctx.stack.callback(store.close)
-    engine = ours.make_engine(store)
+    engine = ours.make_engine(store, boundary=marked)
     counter = Counter()
     act = counter.action
-    replay_key = f"bench:{ctx.run_id}:{kind}:replay"
+    if marked:
+
+        def act() -> dict[str, Any]:
+            with side_effect():
+                return counter.action()
+
+    replay_key = f"bench:{ctx.run_id}:{row}:replay"
     engine.run(replay_key, fingerprint="fp", action=act)
 
     def run(key: str) -> object:
@@ -302,7 +314,7 @@ def _ours_cases(ctx: Context, kind: str) -> list[LatencyCase]:
             row,
             FIRST_RUN,
             run,
-            _fresh_keys(f"bench:{ctx.run_id}:{kind}:first"),
+            _fresh_keys(f"bench:{ctx.run_id}:{row}:first"),
             counter.count,
             True,
         ),
@@ -366,6 +378,8 @@ def build_cases(ctx: Context) -> list[LatencyCase]:
         ("ours_redis", lambda: _ours_cases(ctx, "redis")),
         ("ours_sqlite", lambda: _ours_cases(ctx, "sqlite")),
         ("ours_memory", lambda: _ours_cases(ctx, "memory")),
+        ("ours_redis_marked", lambda: _ours_cases(ctx, "redis", marked=True)),
+        ("ours_sqlite_marked", lambda: _ours_cases(ctx, "sqlite", marked=True)),
         ("graph", lambda: _graph_cases(ctx)),
     ]
     for name, build in builders:

@@ -45,6 +45,7 @@ def wrap(tool: BaseTool, store: BaseIdempotencyStore) -> Any:
     return idempotent(tool, store=store)
 
 
-def make_engine(store: BaseIdempotencyStore) -> Engine:
-    """The engine every "ours" case uses: default lease and wait timeout, nothing else."""
-    return Engine(store, Policy(lease=LEASE_S, wait_timeout=WAIT_TIMEOUT_S))
+def make_engine(store: BaseIdempotencyStore, *, boundary: bool = False) -> Engine:
+    """The engine every "ours" case uses: default lease and wait timeout, nothing else
+    (``boundary=True`` for the cases whose action runs inside ``side_effect()``)."""
+    return Engine(store, Policy(lease=LEASE_S, wait_timeout=WAIT_TIMEOUT_S, boundary=boundary))

@@ -11,6 +11,12 @@ The example agent
   idempotency key downstream as ``Idempotency-Key``; their ``reconcile=`` hooks
   (``make_reconcilers``), which look a call up by that key.
 - :mod:`graphs.fake_model` — the scripted planner (LLM gateway 502s, argument drift).
+- :mod:`graphs.pipeline` — the same work as a multi-agent pipeline: a langgraph-supervisor
+  supervisor and triage, billing, notifications agents, every node with a ``RetryPolicy``
+  (``python -m graphs.batch --pipeline``); :mod:`graphs.pipeline_models`, their scripted
+  models.
+- :mod:`graphs.remote_agents` — a caller agent that runs the refund agent on another Agent
+  Server once per key (:mod:`langchain_idempotent.remote`), and its plain twin.
 
 The baseline
 

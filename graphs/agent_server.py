@@ -43,15 +43,13 @@ import httpx
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 
 from graphs.fake_model import ScriptedRefundModel
-from graphs.refund_agent import SYSTEM_PROMPT
+from graphs.refund_agent import SYSTEM_PROMPT, agent_loop
 from graphs.tools import (
     DEFAULT_TIMEOUT,
-    ProviderError,
     ProviderRejectedError,
     ProviderUnavailableError,
 )
@@ -61,14 +59,16 @@ from langchain_idempotent import (
     ReconcileCall,
     get_idempotency_context,
     idempotent,
-    store_from_url,
 )
+from langchain_idempotent.settings import store_from_url
 
 __all__ = ["plain", "protected", "refund_status"]
 
 ServerAgent = CompiledStateGraph[MessagesState, None, MessagesState, MessagesState]
 
-DEFAULT_STORE_URL = "sqlite:///idempotency.db"
+#: ``idempotency.db`` in the server's directory, resolved when the server imports this module:
+#: resolving it in a run would call ``os.getcwd()``, a blocking call on the server's loop.
+DEFAULT_STORE_URL = "sqlite:///" + os.path.abspath("idempotency.db")
 
 
 def _provider_url() -> str:
@@ -191,12 +191,7 @@ def _build(*, protect: bool) -> ServerAgent:
         reply = await bound.ainvoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])
         return {"messages": [reply]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("planner", planner)
-    graph.add_node("tools", ToolNode(tools, handle_tool_errors=(ProviderError,)))
-    graph.add_edge(START, "planner")
-    graph.add_conditional_edges("planner", tools_condition)
-    graph.add_edge("tools", "planner")
+    graph = agent_loop(planner, tools)
     return graph.compile()  # no checkpointer: the server provides it
 
 

@@ -11,6 +11,11 @@ that pull from one shared queue. The same seeded faults hit every mode:
   the parent hands its ticket to another worker, which resumes the thread,
 - the queue delivers a ticket twice at once (two workers run one thread).
 
+``--pipeline`` runs the same tickets through a multi-agent pipeline instead
+(:mod:`graphs.pipeline`: a ``langgraph-supervisor`` supervisor hands each ticket to triage,
+billing and notifications agents; every node retries an LLM 502 with a ``RetryPolicy``, so
+a specialist whose model fails after its tool ran is run again from its start).
+
 Modes (``--protection``): ``none`` (plain tools), ``reference`` (the GET / SET NX / DEL
 recipe of :mod:`graphs.reference`), ``idempotent`` (``langchain_idempotent.idempotent``),
 a comma-separated list, or ``all`` (the default): the modes run in turn on the same
@@ -113,8 +118,19 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
     p.add_argument("--backoff-base", type=float, default=d.backoff_base, help="first backoff (s)")
     p.add_argument("--backoff-cap", type=float, default=d.backoff_cap, help="longest backoff (s)")
     p.add_argument("--timeout", type=float, default=d.timeout, help="abort a mode after (s)")
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="run the tickets through the multi-agent pipeline (a supervisor and triage, "
+        "billing, notifications agents with node retries; see graphs.pipeline)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log idempotency events")
+    p.add_argument(
+        "--no-boundary",
+        action="store_true",
+        help="idempotent mode without the side-effect mark (every takeover uncertain)",
+    )
     faults = p.add_argument_group("fault rates (probabilities; see graphs.faults)")
     for name, default in asdict(rates).items():
         faults.add_argument(
@@ -149,19 +165,22 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
             rates=FaultRates(**{name: getattr(a, name) for name in asdict(rates)}),
             progress=not a.no_progress,
             verbose=a.verbose,
+            boundary=not a.no_boundary,
+            pipeline=a.pipeline,
         )
     except ValueError as exc:
         p.error(str(exc))
 
 
-def _context() -> ForkServerContext:
+def _context(pipeline: bool = False) -> ForkServerContext:
     """Workers fork from a server process that imported the agent stack once.
 
-    This process (the parent) never imports LangGraph: :mod:`graphs.worker` is imported by
-    the fork server only, and :func:`_run_worker` reaches it from inside a worker.
+    This process (the parent) never imports LangGraph: :mod:`graphs.worker` (and, for
+    ``--pipeline``, :mod:`graphs.pipeline`) is imported by the fork server only, and
+    :func:`_run_worker` reaches it from inside a worker.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["graphs.worker"])
+    ctx.set_forkserver_preload(["graphs.worker", *(["graphs.pipeline"] if pipeline else [])])
     return ctx
 
 
@@ -225,6 +244,8 @@ def run_mode(
             store_url=opts.store,
             model=opts.model,
             verbose=opts.verbose,
+            boundary=opts.boundary,
+            pipeline=opts.pipeline,
         )
         shared = Shared(
             status=ctx.RawArray("b", n),
@@ -305,6 +326,7 @@ def run_mode(
         "drop_after_commit": pstats.get("drop_after_commit", 0),
         "latency": pstats.get("latency", 0),
         "worker_kill": counters["worker_kill"],
+        "kill_before_refund": counters["worker_kill_before"],
         "duplicate_delivery": twice,
     }
     given_up = sum(1 for s in shared.status[:] if s == FAILED)
@@ -415,7 +437,7 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
     modes = opts.modes
     tickets = generate_tickets(opts.tickets, opts.seed)
     run_id = uuid.uuid4().hex[:10]
-    ctx = _context()
+    ctx = _context(opts.pipeline)
     warm = ctx.Process(target=_noop)  # start the fork server before any clock runs
     warm.start()
     warm.join()
@@ -455,8 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
     console = Console()
     results = run_batch(opts, console)
+    what = (
+        "Refund pipeline (supervisor → triage → billing → notifications)"
+        if opts.pipeline
+        else "Refund batch"
+    )
     title = (
-        f"Refund batch: {opts.tickets} tickets, {opts.workers} workers, seed {opts.seed}, "
+        f"{what}: {opts.tickets} tickets, {opts.workers} workers, seed {opts.seed}, "
         f"store {_store_kind(opts)}"
     )
     console.print(render_table(results, title))
@@ -464,8 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(line, highlight=False)
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = opts.out / f"refund-batch-{stamp}.json"
-    png_path = opts.out / f"refund-batch-{stamp}.png"
+    name = "refund-pipeline" if opts.pipeline else "refund-batch"
+    json_path = opts.out / f"{name}-{stamp}.json"
+    png_path = opts.out / f"{name}-{stamp}.png"
     save_json(results, _config(opts), json_path)
     save_chart(results, title, png_path)
     console.print(f"saved {json_path} and {png_path}")

@@ -126,10 +126,11 @@ class ScriptedRefundModel(BaseChatModel):
         with self._lock:
             self._calls[(ticket["ticket_id"], position)] += 1
             nth = self._calls[(ticket["ticket_id"], position)]
-        if chance(self.seed, "llm", ticket["ticket_id"], position, nth) < self.error_rate:
+        where = self._where(ticket["ticket_id"], position, nth)
+        if chance(self.seed, "llm", *where) < self.error_rate:
             self._fault("llm_502")
             raise UpstreamGatewayError("502 Bad Gateway: the LLM gateway reset the connection")
-        drift = chance(self.seed, "drift", ticket["ticket_id"], position, nth) < self.drift_rate
+        drift = chance(self.seed, "drift", *where) < self.drift_rate
         message = self._next_step(ticket, messages, drift)
         tools = kwargs.get("tools")
         if tools is not None:
@@ -138,6 +139,10 @@ class ScriptedRefundModel(BaseChatModel):
                 if call["name"] not in offered:
                     raise ValueError(f"planned {call['name']!r}, but only {offered} are bound")
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _where(self, ticket_id: str, position: int, nth: int) -> tuple[object, ...]:
+        """What a fault decision is seeded on, besides the seed and the fault kind."""
+        return (ticket_id, position, nth)
 
     def _next_step(
         self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool

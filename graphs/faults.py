@@ -34,6 +34,8 @@ class FaultRates:
     - ``latency`` / ``latency_s``: per POST, an added delay of ``latency_s`` seconds.
     - ``worker_kill``: per ticket (first delivery only), the worker process dies inside
       ``issue_refund`` right after the provider committed the refund.
+    - ``kill_before_refund``: per ticket (first delivery only), the worker process dies
+      inside ``issue_refund`` before its POST (while it prepares the request).
     - ``duplicate_delivery``: per ticket, the queue delivers it twice at once (an
       at-least-once queue whose visibility timeout expired): two workers run one thread.
     """
@@ -45,6 +47,7 @@ class FaultRates:
     latency: float = 0.05
     latency_s: float = 0.2
     worker_kill: float = 0.01
+    kill_before_refund: float = 0.01
     duplicate_delivery: float = 0.02
 
     def __post_init__(self) -> None:

@@ -40,6 +40,12 @@ class BatchOptions:
     - ``timeout``: abort a mode after this many seconds.
     - ``rates``: the fault rates (:class:`~graphs.faults.FaultRates`).
     - ``progress``: show a progress bar; ``verbose``: log idempotency events.
+    - ``boundary`` [``--no-boundary`` turns it off]: the idempotent mode marks the
+      provider's POSTs with ``side_effect()``, so a worker killed before its POST is a free
+      retry instead of an uncertain takeover.
+    - ``pipeline`` [``--pipeline``]: run the tickets through the multi-agent pipeline
+      (:mod:`graphs.pipeline`: a supervisor, triage, billing and notifications agents,
+      node retries) instead of the single refund agent; scripted models only.
     """
 
     tickets: int = 1400
@@ -60,6 +66,8 @@ class BatchOptions:
     rates: FaultRates = field(default_factory=FaultRates)
     progress: bool = True
     verbose: bool = False
+    boundary: bool = True
+    pipeline: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.modes, str):
@@ -78,6 +86,8 @@ class BatchOptions:
                     "store: memory:// lives inside one process and the batch runs several; "
                     "use redis://, postgresql:// or sqlite:///"
                 )
+        if self.pipeline and self.model != "fake":
+            raise ValueError("pipeline: the multi-agent pipeline runs on scripted models only")
         if self.model != "fake":
             provider, _, name = self.model.partition(":")
             if provider != "openai" or not name:

@@ -43,7 +43,7 @@ import time
 import urllib.parse
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -534,3 +534,33 @@ class PaymentProvider:
             )
 
         return execute
+
+
+# -- python -m graphs.provider ---------------------------------------------------------------
+
+#: The invoice of the README's Agent Server walkthrough (ticket T-9001: refund $140).
+WALKTHROUGH_INVOICE = Invoice("INV-7001", "C-501", 14000)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the provider until interrupted: ``python -m graphs.provider --port 8700``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m graphs.provider",
+        description="The demo's payment provider on loopback, holding invoice INV-7001 "
+        "(customer C-501, $140) for the Agent Server walkthrough.",
+    )
+    parser.add_argument("--port", type=int, default=8700, help="port on 127.0.0.1 (0: any)")
+    parser.add_argument("--ledger", default="provider.db", help="its SQLite ledger file")
+    args = parser.parse_args(argv)
+    provider = PaymentProvider(args.ledger, invoices=[WALKTHROUGH_INVOICE], port=args.port)
+    with provider:
+        print(f"payment provider on {provider.url} (ledger {args.ledger}); Ctrl-C stops it")
+        print(f"export REFUND_PROVIDER_URL={provider.url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

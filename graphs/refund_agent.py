@@ -20,14 +20,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
@@ -38,7 +37,17 @@ from .fake_model import ScriptedRefundModel
 from .tools import DEFAULT_TIMEOUT, ProviderError, make_tools
 from .wal import switch_to_wal
 
-__all__ = ["SYSTEM_PROMPT", "RefundAgent", "build_refund_agent", "sqlite_checkpointer"]
+if TYPE_CHECKING:  # the demo extra's; the Agent Server ([server] only) never needs it
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+__all__ = [
+    "SYSTEM_PROMPT",
+    "RefundAgent",
+    "agent_loop",
+    "build_refund_agent",
+    "refund_tools",
+    "sqlite_checkpointer",
+]
 
 RefundAgent = CompiledStateGraph[MessagesState, None, MessagesState, MessagesState]
 
@@ -55,12 +64,61 @@ If a tool call fails, call it again with the same arguments. Make one call at a 
 
 def sqlite_checkpointer(path: str | Path = ":memory:") -> SqliteSaver:
     """A :class:`SqliteSaver` on ``path``, usable from several threads and processes."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
     switch_to_wal(conn, timeout=30.0)  # workers open a fresh file at once
     conn.execute("PRAGMA synchronous=NORMAL")
     saver = SqliteSaver(conn)
     saver.setup()
     return saver
+
+
+def refund_tools(
+    store: BaseIdempotencyStore | None,
+    *,
+    provider_url: str | None = None,
+    http: httpx.Client | None = None,
+    idempotency: Mapping[str, Any] | None = None,
+    protect: Callable[[list[BaseTool]], Sequence[BaseTool]] | None = None,
+    after_refund_committed: Callable[[], None] | None = None,
+    on_refund_resent: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
+) -> list[BaseTool]:
+    """``[lookup_invoice, issue_refund, notify_customer]`` on the provider, the effectful
+    two protected as :func:`build_refund_agent` describes (its arguments of these names)."""
+    if http is None:
+        if provider_url is None:
+            raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
+        http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
+    lookup_invoice, issue_refund, notify_customer = make_tools(
+        http,
+        after_refund_committed=after_refund_committed,
+        on_refund_resent=on_refund_resent,
+        before_refund=before_refund,
+        mark_effects=store is not None and bool((idempotency or {}).get("boundary")),
+    )
+    effectful: list[BaseTool] = [issue_refund, notify_customer]
+    if store is not None:
+        effectful = list(idempotent(effectful, store=store, **dict(idempotency or {})))
+    elif protect is not None:
+        effectful = list(protect(effectful))
+    # lookup_invoice is NOT wrapped: it only reads, so running it twice is harmless and
+    # returns the invoice as it is now, which is what the planner should see on a retry.
+    # Memoizing it would cost a store round trip per call and could replay stale data.
+    return [lookup_invoice, *effectful]
+
+
+def agent_loop(planner: Any, tools: Sequence[BaseTool]) -> StateGraph[MessagesState]:
+    """``START → planner ⇄ tools``: the planner node (sync or async) and a ``ToolNode``
+    that hands provider errors back to the planner as error tool messages."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("planner", planner)
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=(ProviderError,)))
+    graph.add_edge(START, "planner")
+    graph.add_conditional_edges("planner", tools_condition)
+    graph.add_edge("tools", "planner")
+    return graph
 
 
 def build_refund_agent(
@@ -75,6 +133,7 @@ def build_refund_agent(
     after_refund_committed: Callable[[], None] | None = None,
     on_refund_resent: Callable[[], None] | None = None,
     on_llm_call: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
 ) -> RefundAgent:
     """Compile the refund agent.
 
@@ -89,26 +148,21 @@ def build_refund_agent(
       ``reconcile`` — e.g. :func:`~graphs.tools.make_reconcilers` — ...).
     - ``protect``: another wrapper for the effectful tools (the reference baseline);
       only used when ``store`` is ``None``.
-    - ``after_refund_committed``, ``on_refund_resent``, ``on_llm_call``: hooks for fault
-      injection and counting (see :func:`~graphs.tools.make_tools`).
+    - ``after_refund_committed``, ``before_refund``, ``on_refund_resent``, ``on_llm_call``:
+      hooks for fault injection and counting (see :func:`~graphs.tools.make_tools`).
+      With ``idempotency={"boundary": True, ...}`` the tools mark their POSTs with
+      ``side_effect()``.
     """
-    if http is None:
-        if provider_url is None:
-            raise ValueError("give the provider as provider_url=... or http=httpx.Client(...)")
-        http = httpx.Client(base_url=provider_url, timeout=DEFAULT_TIMEOUT)
-    lookup_invoice, issue_refund, notify_customer = make_tools(
-        http, after_refund_committed=after_refund_committed, on_refund_resent=on_refund_resent
+    tools = refund_tools(
+        store,
+        provider_url=provider_url,
+        http=http,
+        idempotency=idempotency,
+        protect=protect,
+        after_refund_committed=after_refund_committed,
+        on_refund_resent=on_refund_resent,
+        before_refund=before_refund,
     )
-    effectful: list[BaseTool] = [issue_refund, notify_customer]
-    if store is not None:
-        effectful = list(idempotent(effectful, store=store, **dict(idempotency or {})))
-    elif protect is not None:
-        effectful = list(protect(effectful))
-    # lookup_invoice is NOT wrapped: it only reads, so running it twice is harmless and
-    # returns the invoice as it is now, which is what the planner should see on a retry.
-    # Memoizing it would cost a store round trip per call and could replay stale data.
-    tools: list[BaseTool] = [lookup_invoice, *effectful]
-
     planner_model = model if model is not None else ScriptedRefundModel()
     bound = planner_model.bind_tools(tools)
 
@@ -118,12 +172,7 @@ def build_refund_agent(
         reply = bound.invoke([SystemMessage(SYSTEM_PROMPT), *state["messages"]])
         return {"messages": [reply]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("planner", planner)
-    graph.add_node("tools", ToolNode(tools, handle_tool_errors=(ProviderError,)))
-    graph.add_edge(START, "planner")
-    graph.add_conditional_edges("planner", tools_condition)
-    graph.add_edge("tools", "planner")
+    graph = agent_loop(planner, tools)
 
     if checkpointer is None or isinstance(checkpointer, str | Path):
         checkpointer = sqlite_checkpointer(checkpointer or ":memory:")

@@ -130,6 +130,7 @@ _ROWS: list[tuple[str, Any]] = [
     ("replayed by the provider (key)", lambda r: r.provider.get("replayed", 0)),
     ("waits for another worker", lambda r: r.counters.get("waits", 0)),
     ("takeovers of expired leases", lambda r: r.counters.get("takeovers", 0)),
+    ("free retries (died before the POST)", lambda r: _free(r)),
     (
         "uncertain outcomes reconciled (effect found / not found)",
         lambda r: _reconciled(r),
@@ -140,6 +141,12 @@ _ROWS: list[tuple[str, Any]] = [
     ("wall time", lambda r: f"{r.wall_time_s:.1f} s"),
     ("CPU time (workers + provider)", lambda r: f"{r.cpu_time_s:.0f} s"),
 ]
+
+
+def _free(r: ModeResult) -> str:
+    """Takeovers of an attempt that never entered its ``side_effect()`` block (the
+    idempotent mode only: the others cannot tell)."""
+    return str(r.counters.get("free_retries", 0)) if r.mode == "idempotent" else "-"
 
 
 def _reconciled(r: ModeResult) -> str:
@@ -165,6 +172,7 @@ _FAULT_ROWS = [
     ("connection dropped after commit", "drop_after_commit"),
     ("provider latency", "latency"),
     ("worker killed mid-tool", "worker_kill"),
+    ("worker killed before its POST", "kill_before_refund"),
     ("ticket delivered twice", "duplicate_delivery"),
 ]
 

@@ -40,10 +40,12 @@ COUNTERS = (
     "llm_502",
     "arg_drift",
     "worker_kill",
+    "worker_kill_before",
     "loop_retries",
     "replayed",
     "waits",
     "takeovers",
+    "free_retries",
     "reconciled_found",
     "reconciled_not_found",
     "reconcile_errors",
@@ -75,6 +77,10 @@ class WorkerConfig:
     store_url: str | None = None
     model: str | None = None
     verbose: bool = False
+    #: The idempotent mode marks the refund's POST with ``side_effect()`` (``boundary=True``).
+    boundary: bool = True
+    #: Run the multi-agent pipeline (:mod:`graphs.pipeline`) instead of the single agent.
+    pipeline: bool = False
 
     def thread_id(self, ticket: Ticket) -> str:
         return f"{ticket.ticket_id}@{self.run_id}"

@@ -19,6 +19,7 @@ dropped connection, timeout) and :class:`ProviderRejectedError` for a refusal (4
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
@@ -27,6 +28,7 @@ import httpx
 from langchain_core.tools import BaseTool, tool
 
 from langchain_idempotent import ReconcileCall, get_idempotency_context
+from langchain_idempotent.context import side_effect
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -89,6 +91,8 @@ def make_tools(
     *,
     after_refund_committed: Callable[[], None] | None = None,
     on_refund_resent: Callable[[], None] | None = None,
+    before_refund: Callable[[], None] | None = None,
+    mark_effects: bool = False,
 ) -> tuple[BaseTool, BaseTool, BaseTool]:
     """``(lookup_invoice, issue_refund, notify_customer)`` bound to ``http``.
 
@@ -98,7 +102,13 @@ def make_tools(
     uses it to kill the worker process at the worst moment. ``on_refund_resent`` runs when
     ``issue_refund`` sends its POST as a takeover (a previous attempt's outcome was
     unknown): a refund re-sent after a dead or cancelled worker, which the demo counts.
+    ``before_refund`` runs inside ``issue_refund`` before its POST (the demo kills the
+    worker there too). ``mark_effects``: each POST runs inside ``side_effect()`` (the tools
+    are wrapped with ``boundary=True``), so a worker that dies before it is retried freely.
     """
+
+    def crossing() -> contextlib.AbstractContextManager[object]:
+        return side_effect() if mark_effects else contextlib.nullcontext()
 
     @tool
     def lookup_invoice(invoice_id: str) -> str:
@@ -112,7 +122,10 @@ def make_tools(
         ctx = get_idempotency_context()
         if on_refund_resent is not None and ctx is not None and ctx.takeover:
             on_refund_resent()
-        result = _call(http, "POST", "/refunds", json=body, headers=_idempotency_headers())
+        if before_refund is not None:
+            before_refund()
+        with crossing():
+            result = _call(http, "POST", "/refunds", json=body, headers=_idempotency_headers())
         if after_refund_committed is not None:
             after_refund_committed()
         return result
@@ -121,7 +134,8 @@ def make_tools(
     def notify_customer(customer_id: str, ticket_id: str, message: str) -> str:
         """Send the customer a message about their ticket."""
         body = {"customer_id": customer_id, "ticket_id": ticket_id, "message": message}
-        return _call(http, "POST", "/notifications", json=body, headers=_idempotency_headers())
+        with crossing():
+            return _call(http, "POST", "/notifications", json=body, headers=_idempotency_headers())
 
     return lookup_invoice, issue_refund, notify_customer
 

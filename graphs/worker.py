@@ -56,6 +56,7 @@ _EVENT_COUNTERS = {
     "replay": "replayed",
     "wait": "waits",
     "takeover": "takeovers",
+    "free_retry": "free_retries",
     "lease_lost": "lease_lost",
     "stale_completion": "stale_completion",
     "contention": "lock_contention",
@@ -69,16 +70,24 @@ _RECONCILE_COUNTERS = {
 
 
 class _KillSwitch:
-    """Kills this process inside ``issue_refund`` after the provider committed, if armed."""
+    """Kills this process inside ``issue_refund`` after the provider committed (``armed``)
+    or before its POST (``armed_before``)."""
 
     def __init__(self, shared: Shared, slot: int) -> None:
-        self.armed = False
+        self.armed = self.armed_before = False
         self._shared, self._slot = shared, slot
 
     def __call__(self) -> None:
         if self.armed:
-            self._shared.count(self._slot, "worker_kill")
-            os._exit(KILLED_EXIT_CODE)  # no cleanup, no result stored, lease/lock left held
+            self._die("worker_kill")
+
+    def before(self) -> None:
+        if self.armed_before:
+            self._die("worker_kill_before")
+
+    def _die(self, counter: str) -> None:
+        self._shared.count(self._slot, counter)
+        os._exit(KILLED_EXIT_CODE)  # no cleanup, no result stored, lease/lock left held
 
 
 def _make_model(cfg: WorkerConfig, on_fault: Callable[[str], None]) -> BaseChatModel:
@@ -130,7 +139,8 @@ def _make_kv(cfg: WorkerConfig) -> ReferenceKV:
 def build_worker_agent(
     cfg: WorkerConfig, shared: Shared, slot: int
 ) -> tuple[RefundAgent, _KillSwitch]:
-    """The agent for ``cfg.mode``, wired to this slot's counters and kill switch."""
+    """The agent for ``cfg.mode`` (the pipeline when ``cfg.pipeline``), wired to this
+    slot's counters and kill switch."""
 
     def count(name: str) -> None:
         shared.count(slot, name)
@@ -156,6 +166,7 @@ def build_worker_agent(
             "namespace": f"refund-batch-{cfg.run_id}",
             "on_event": on_event,
             "reconcile": make_reconcilers(http),  # ask the provider before re-sending
+            "boundary": cfg.boundary,  # the POSTs are marked with side_effect()
         }
     elif cfg.mode == "reference":
         guard = ReferenceIdempotency(
@@ -167,16 +178,30 @@ def build_worker_agent(
 
     elif cfg.mode != "none":
         raise ValueError(f"unknown protection mode {cfg.mode!r}; expected one of {MODES}")
+    checkpointer = sqlite_checkpointer(Path(cfg.workdir) / "checkpoints.sqlite")
+    hooks: dict[str, Any] = {
+        "http": http,
+        "idempotency": idempotency,
+        "protect": protect,
+        "after_refund_committed": kill,
+        "on_refund_resent": lambda: count("refunds_resent"),
+        "on_llm_call": lambda: count("llm_calls"),
+    }
+    if cfg.pipeline:
+        from .pipeline import build_pipeline_agent  # preloaded by the fork server
+
+        pipeline = build_pipeline_agent(
+            store,
+            checkpointer,
+            seed=cfg.seed,
+            error_rate=cfg.rates.llm_502,
+            drift_rate=cfg.rates.arg_drift,
+            on_fault=count,
+            **hooks,
+        )
+        return pipeline, kill
     agent = build_refund_agent(
-        store,
-        _make_model(cfg, count),
-        sqlite_checkpointer(Path(cfg.workdir) / "checkpoints.sqlite"),
-        http=http,
-        idempotency=idempotency,
-        protect=protect,
-        after_refund_committed=kill,
-        on_refund_resent=lambda: count("refunds_resent"),
-        on_llm_call=lambda: count("llm_calls"),
+        store, _make_model(cfg, count), checkpointer, before_refund=kill.before, **hooks
     )
     return agent, kill
 
@@ -235,11 +260,17 @@ def worker_main(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared)
             and copy == 0
             and chance(cfg.seed, "kill", ticket.ticket_id) < cfg.rates.worker_kill
         )
+        kill.armed_before = (
+            delivery == 1
+            and copy == 0
+            and not kill.armed
+            and chance(cfg.seed, "kill-before", ticket.ticket_id) < cfg.rates.kill_before_refund
+        )
         rng = random.Random(f"{cfg.seed}:{ticket.ticket_id}:{delivery}:{copy}")
         ok = run_ticket(
             agent, ticket, cfg, rng=rng, on_retry=lambda _e: shared.count(slot, "loop_retries")
         )
-        kill.armed = False
+        kill.armed = kill.armed_before = False
         if ok:
             shared.status[index] = DONE
         elif shared.status[index] != DONE:

@@ -48,23 +48,31 @@ _EXPORTS: dict[str, str] = {
     "UnstorableResultError": "errors",
     "ResultTooLargeError": "errors",
     "CorruptRecordError": "errors",
-    # deployment and power users
-    "IdempotencySettings": "settings",
+    # deployment, and what hooks are handed
     "store_from_env": "settings",
-    "store_from_url": "settings",
-    "parse_store_url": "stores._url",
-    "Engine": "engine",
     "CallInfo": "keys",
     "IdempotencyEvent": "events",
-    "EventCounter": "events",
-    "EVENT_KINDS": "events",
 }
 
 __all__ = list(_EXPORTS)
 
+#: Names for operators, store authors and the engine's own users, whose home is their
+#: module (``from langchain_idempotent.engine import Engine``,
+#: ``langchain_idempotent.settings.store_from_url``, ``...events.EventCounter``). They are
+#: not part of the face (not in ``__all__`` or ``dir()``), but still resolve here, so code
+#: written against the earlier, 34-name face keeps working.
+_MOVED: dict[str, str] = {
+    "Engine": "engine",
+    "EventCounter": "events",
+    "EVENT_KINDS": "events",
+    "IdempotencySettings": "settings",
+    "store_from_url": "settings",
+    "parse_store_url": "stores._url",
+}
+
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _EXPORTS.get(name) or _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = load(__name__, module, name)
@@ -80,7 +88,6 @@ if TYPE_CHECKING:
     from .context import IdempotencyContext as IdempotencyContext
     from .context import get_idempotency_context as get_idempotency_context
     from .context import idempotency_scope as idempotency_scope
-    from .engine import Engine as Engine
     from .errors import CorruptRecordError as CorruptRecordError
     from .errors import IdempotencyError as IdempotencyError
     from .errors import InProgressError as InProgressError
@@ -92,18 +99,13 @@ if TYPE_CHECKING:
     from .errors import ResultTooLargeError as ResultTooLargeError
     from .errors import StoreUnavailableError as StoreUnavailableError
     from .errors import UnstorableResultError as UnstorableResultError
-    from .events import EVENT_KINDS as EVENT_KINDS
-    from .events import EventCounter as EventCounter
     from .events import IdempotencyEvent as IdempotencyEvent
     from .keys import CallInfo as CallInfo
     from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
     from .policy import Policy as Policy
     from .policy import PolicyOptions as PolicyOptions
     from .reconcile import ReconcileCall as ReconcileCall
-    from .settings import IdempotencySettings as IdempotencySettings
     from .settings import store_from_env as store_from_env
-    from .settings import store_from_url as store_from_url
-    from .stores._url import parse_store_url as parse_store_url
     from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
     from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .stores.postgres import (

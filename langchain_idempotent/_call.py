@@ -23,7 +23,8 @@ from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_eve
 from langchain_core.messages import ToolMessage
 from pydantic import ValidationError
 
-from ._compat import NEVER_TERMINAL, loud
+from . import _batch
+from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
 from ._replay import mark_answer, restamp
 from .engine import Engine, Unmemoized
 from .errors import MissingScopeError
@@ -73,6 +74,8 @@ class PendingCall:
     #: model-visible schema (to validate a reviewer's edit).
     info: CallInfo | None = None
     schema: Any = None
+    #: How many identical calls precede this one in its batch (``identical_calls``).
+    duplicate: int = 0
 
     @property
     def args(self) -> Mapping[str, Any]:
@@ -117,7 +120,17 @@ class PendingCall:
             return None
         except MissingScopeError as exc:
             raise loud(exc) from None
-        return cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
+        k = 0
+        if policy.identical_calls != "share" and tool_call_id is not None:
+            k = _batch.position(graph_state_messages(config), tool_call_id, tool, args)
+            if k and policy.identical_calls == "run":
+                derived = _batch.separate(derived, f"identical:{k}")
+        branch = forked_from(config) if policy.on_fork == "run" else None
+        if branch is not None:  # a time-travel branch: its calls are new effects
+            derived = _batch.separate(derived, f"fork:{branch}")
+        pending = cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
+        pending.duplicate = k
+        return pending
 
     def with_meta(self, meta: Mapping[str, str]) -> PendingCall:
         """This call, its record carrying ``meta`` too (an approval's decision)."""
@@ -148,6 +161,9 @@ class PendingCall:
             self.events.append(event)
 
     def run(self, engine: Engine, action: Callable[[], Any], config: RunnableConfig) -> Any:
+        """Run ``action`` once for this call's key; dispatch events against ``config``."""
+        if self.duplicate and engine.policy.identical_calls == "reject":
+            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         """Run ``action`` once for this call's key; dispatch events against ``config``. The
         answer is stored marked (see :mod:`._replay`) and returned as the current call's."""
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
@@ -178,6 +194,8 @@ class PendingCall:
         self, engine: Engine, action: Callable[[], Awaitable[Any]], config: RunnableConfig
     ) -> Any:
         """The async twin of :meth:`run`."""
+        if self.duplicate and engine.policy.identical_calls == "reject":
+            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
 
         async def marked() -> Any:

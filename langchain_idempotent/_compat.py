@@ -24,6 +24,16 @@ touch                                           why
                                                 (:func:`format_tool_output`)
 LangGraph's ``configurable["__pregel_read"]``   the graph state's messages under
                                                 ``scope="turn"`` (:func:`graph_state_messages`)
+``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
+``_is_injected_arg_type``                       the id its replay answers
+                                                (:func:`injected_call_id_names`)
+``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
+``configurable["checkpoint_map"]``              call under ``scope="turn"``
+                                                (:func:`root_state_messages`)
+the same two keys                               under ``on_fork="run"``: the checkpoint a
+                                                task runs from, and its metadata's ``source``
+                                                (``"fork"`` / ``"update"``: a time-travel
+                                                branch) (:func:`forked_from`)
 LangGraph's ``configurable                      the running task's scratchpad, which every
 ["__pregel_scratchpad"]``                       thread of one task shares: approval's
                                                 per-task turns (:func:`task_scratchpad`)
@@ -34,22 +44,15 @@ LangGraph's ``configurable                      the running task's scratchpad, w
 LangGraph's position-matched resumes            the n-th ``interrupt()`` of a task gets the
                                                 n-th answer; ``_asking`` records which call
                                                 each position asked about
-``langchain_core.tools.base.``                  a direct call's ``tool_call_id`` argument is
-``_is_injected_arg_type``                       the id its replay answers
-                                                (:func:`injected_call_id_names`)
-``configurable["__pregel_checkpointer"]``,      the outermost graph's messages for a nested
-``configurable["checkpoint_map"]``              call under ``scope="turn"``
-                                                (:func:`root_state_messages`)
-``langgraph.checkpoint.serde._msgpack.``        result storage (:mod:`._codec`) writes
-``SAFE_MSGPACK_TYPES``, ``jsonplus.``           LangGraph's msgpack extensions for leaf types
-``_msgpack_default``, ``_send_from_args``       and reads back exactly LangGraph's safe types
-                                                (:func:`safe_msgpack_types`,
-                                                :func:`langgraph_msgpack_default`,
-                                                :func:`send_from_args`)
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
                                                 (:class:`GraphMissingScopeError`)
+psycopg_pool's ``AsyncConnectionPool._pool``    the Postgres store closes an ending loop's
+(its deque of idle connections)                 idle connections itself, since ``close()``
+                                                cancelled with the loop stops before it
+                                                does (:func:`idle_connections`; imported
+                                                late, only then)
 ==============================================  ==============================================
 
 Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
@@ -83,8 +86,10 @@ __all__ = [
     "PREGEL_SCRATCHPAD",
     "DirectCall",
     "GraphMissingScopeError",
+    "forked_from",
     "format_tool_output",
     "graph_state_messages",
+    "idle_connections",
     "injected_args_keys",
     "interrupt_counter",
     "langgraph_msgpack_default",
@@ -101,9 +106,12 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
+PREGEL_CHECKPOINTER = "__pregel_checkpointer"
+#: The checkpoint sources LangGraph writes at the start of a time-travel branch: a
+#: ``update_state`` (``"update"``) or a run resumed from an earlier checkpoint (``"fork"``).
+FORK_SOURCES = ("fork", "update")
 #: LangGraph's internal ``configurable`` key holding the running task's scratchpad.
 PREGEL_SCRATCHPAD = "__pregel_scratchpad"
-PREGEL_CHECKPOINTER = "__pregel_checkpointer"
 
 
 # -- errors the tool-error handling must not turn into a message for the model ----------
@@ -126,6 +134,29 @@ def loud(error: MissingScopeError) -> MissingScopeError:
 
 
 # -- the graph state ------------------------------------------------------------------------
+
+
+def forked_from(config: RunnableConfig) -> str | None:
+    """The id of the checkpoint this task runs from when it starts a time-travel branch
+    (its metadata's ``source`` is ``"fork"`` or ``"update"``), else ``None`` (also outside
+    a graph or without a checkpointer). One checkpointer read."""
+    configurable = config.get("configurable") or {}
+    saver = configurable.get(PREGEL_CHECKPOINTER)
+    checkpoint_id = (configurable.get("checkpoint_map") or {}).get("")
+    thread_id = configurable.get("thread_id")
+    if saver is None or not checkpoint_id or thread_id is None:
+        return None
+    at = {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+    saved = saver.get_tuple(at)
+    if saved is None or (saved.metadata or {}).get("source") not in FORK_SOURCES:
+        return None
+    return str(checkpoint_id)
 
 
 def graph_state_messages(config: RunnableConfig) -> Any:
@@ -260,6 +291,14 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+# -- psycopg_pool -------------------------------------------------------------------------
+
+
+def idle_connections(pool: Any) -> list[Any]:
+    """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
+    return list(getattr(pool, "_pool", ()))
 
 
 def root_state_messages(config: RunnableConfig) -> Any:

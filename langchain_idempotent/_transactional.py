@@ -14,51 +14,119 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .context import IdempotencyContext
 from .errors import LeaseLostError
 from .record import Completion
 from .stores.base import BaseIdempotencyStore
 
-__all__ = ["abegin", "acomplete", "begin", "check_store", "complete"]
+__all__ = [
+    "AsyncTransaction",
+    "Transaction",
+    "TransactionalStore",
+    "abegin",
+    "acomplete",
+    "begin",
+    "check_store",
+    "complete",
+]
 
 
-def check_store(store: BaseIdempotencyStore) -> None:
-    """Refuse a store that cannot write a completion inside the tool's transaction."""
-    if not callable(getattr(store, "transaction", None)):
+class Transaction(Protocol):
+    """A transaction the tool writes in (``PostgresTransaction``): ``connection`` for the
+    tool, ``complete`` writes the completion in it and commits (or rolls back)."""
+
+    connection: Any
+
+    def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion: ...
+
+    def rollback(self) -> None: ...
+
+
+class AsyncTransaction(Protocol):
+    """The async twin of :class:`Transaction` (``AsyncPostgresTransaction``)."""
+
+    connection: Any
+
+    async def complete(
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None = None,
+    ) -> Completion: ...
+
+    async def rollback(self) -> None: ...
+
+
+@runtime_checkable
+class TransactionalStore(Protocol):
+    """A store that can write a completion inside the tool's own database transaction."""
+
+    def transaction(self) -> Transaction: ...
+
+    async def atransaction(self) -> AsyncTransaction: ...
+
+
+def check_store(store: BaseIdempotencyStore) -> TransactionalStore:
+    """``store``, refused unless it can write a completion inside the tool's transaction."""
+    if not isinstance(store, TransactionalStore):
         raise ValueError(
             f"transactional=True needs a store that can write the completion inside the "
             f"tool's own database transaction (PostgresIdempotencyStore); "
             f"{type(store).__name__} cannot. Drop transactional=True, or use a "
             "PostgresIdempotencyStore on the database the tool writes to"
         )
+    return store
 
 
-def begin(store: BaseIdempotencyStore, ctx: IdempotencyContext) -> tuple[Any, IdempotencyContext]:
+def begin(
+    store: BaseIdempotencyStore, ctx: IdempotencyContext
+) -> tuple[Transaction, IdempotencyContext]:
     """Open the run's transaction; the context the tool runs with carries its connection."""
-    txn = store.transaction()  # type: ignore[attr-defined]
+    txn = check_store(store).transaction()
     return txn, dataclasses.replace(ctx, connection=txn.connection)
 
 
 async def abegin(
     store: BaseIdempotencyStore, ctx: IdempotencyContext
-) -> tuple[Any, IdempotencyContext]:
-    txn = await store.atransaction()  # type: ignore[attr-defined]
+) -> tuple[AsyncTransaction, IdempotencyContext]:
+    txn = await check_store(store).atransaction()
     return txn, dataclasses.replace(ctx, connection=txn.connection)
 
 
-def complete(store: BaseIdempotencyStore, txn: Any, args: Mapping[str, Any]) -> Completion:
+def complete(
+    store: BaseIdempotencyStore, txn: Transaction | None, args: Mapping[str, Any]
+) -> Completion:
     """Write the completion in the run's transaction (``None``: a failure to record, in an
     empty one of its own) and commit."""
     if txn is None:
-        txn = store.transaction()  # type: ignore[attr-defined]
+        txn = check_store(store).transaction()
     return _refused(txn.complete(**args), args)
 
 
-async def acomplete(store: BaseIdempotencyStore, txn: Any, args: Mapping[str, Any]) -> Completion:
+async def acomplete(
+    store: BaseIdempotencyStore, txn: AsyncTransaction | None, args: Mapping[str, Any]
+) -> Completion:
     if txn is None:
-        txn = await store.atransaction()  # type: ignore[attr-defined]
+        txn = await check_store(store).atransaction()
     return _refused(await txn.complete(**args), args)
 
 

@@ -1,25 +1,49 @@
-"""What a running tool can know about its idempotency key.
+"""What a running tool can know about its idempotency key, and its side-effect boundary.
 
 ``get_idempotency_context()`` inside a wrapped tool returns the key to pass downstream
 (e.g. as Stripe's ``Idempotency-Key``), the fencing token, the attempt number and whether
 this run took over an expired lease. It works in sync and async tools and inside
 ToolNode's thread pool (the context travels with :mod:`contextvars`).
+
+``with get_idempotency_context().side_effect():`` (``async with`` in an async tool) marks
+the external call: before the block runs, one store write records that the effect may be
+crossing (owner and fence checked: a run that lost its lease gets ``LeaseLostError`` and
+the block never runs). A takeover of an attempt that never got that far is a clean retry;
+only one that entered the block is uncertain (``reconcile=``, ``on_expired``). The tool
+declares it marks its effect with ``boundary=True`` (so that a crash *before* the block is
+known to be one); the module-level :func:`side_effect` does the same as the method and says
+clearly when it is used outside an idempotent call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
-__all__ = ["IdempotencyContext", "get_idempotency_context", "idempotency_scope"]
+__all__ = ["IdempotencyContext", "get_idempotency_context", "idempotency_scope", "side_effect"]
 
 
 @dataclass(slots=True)
 class _LeaseFlag:
     lost: bool = False
+
+
+@dataclass(slots=True)
+class _Boundary:
+    """One run's side-effect boundary: whether the tool declared it (``boundary=True``),
+    whether the block was entered or is open now, and how to mark it (set by the engine's
+    driver; ``None`` for an unprotected run, which has no record to mark)."""
+
+    declared: bool = False
+    entered: bool = False
+    inside: bool = False
+    tool: str | None = None
+    mark: Callable[[], bool] | None = None
+    amark: Callable[[], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +69,18 @@ class IdempotencyContext:
     #: ``Connection`` (``AsyncConnection`` for async tools) whose open transaction the
     #: completion record will join. Write on it; do not commit. ``None`` otherwise.
     connection: Any = field(default=None, repr=False, compare=False)
+    _boundary: _Boundary = field(default_factory=_Boundary, repr=False, compare=False)
+
+    @property
+    def entered(self) -> bool:
+        """True once this run entered its :meth:`side_effect` block (the mark is stored)."""
+        return self._boundary.entered
+
+    def side_effect(self) -> SideEffect:
+        """The side-effect boundary: ``with ctx.side_effect(): call_the_api()`` (``async
+        with`` in an async tool). Entering it stores, before the block runs, that this
+        attempt's effect may be crossing; see the module docstring."""
+        return SideEffect(self)
 
     @property
     def lease_lost(self) -> bool:
@@ -72,6 +108,101 @@ class IdempotencyContext:
             )
 
 
+class SideEffect:
+    """The context manager :meth:`IdempotencyContext.side_effect` returns (sync and async).
+
+    Refused, before anything is marked: in a tool that did not declare ``boundary=True``
+    (a takeover could not tell a crash before the block from a tool that never marks one),
+    and nested inside another ``side_effect()`` block of the same run. Entering it twice in
+    a row marks once. A mark refused by the store (the lease was lost) raises
+    :class:`~langchain_idempotent.errors.LeaseLostError`; the block does not run.
+    """
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: IdempotencyContext) -> None:
+        self._ctx = ctx
+
+    def _open(self) -> bool:
+        """Check the block may open; ``True`` when the store must be marked."""
+        from .errors import IdempotencyError
+
+        gate, ctx = self._ctx._boundary, self._ctx
+        if gate.inside:
+            raise IdempotencyError(
+                "side_effect() is already open in this run: blocks do not nest; mark the "
+                "external call once, around the call itself",
+                key=ctx.key,
+            )
+        if not gate.declared and ctx.protected:
+            raise IdempotencyError(
+                f"side_effect() used in tool {gate.tool!r}, which does not declare "
+                "boundary=True: pass boundary=True to idempotent() (or to the middleware's "
+                "per-tool options) so a takeover can tell a crash before the block from one "
+                "inside it",
+                key=ctx.key,
+            )
+        gate.inside = True
+        return not gate.entered and gate.mark is not None
+
+    def _marked(self, ok: bool) -> None:
+        gate = self._ctx._boundary
+        if not ok:
+            gate.inside = False
+            from .errors import LeaseLostError
+
+            self._ctx.mark_lease_lost()
+            raise LeaseLostError(
+                f"the lease on this call was lost (fence {self._ctx.fence}) before its side "
+                "effect: another worker may have taken it over; not performing it",
+                key=self._ctx.key,
+            )
+        gate.entered = True
+
+    def _fail(self) -> None:
+        self._ctx._boundary.inside = False
+
+    def __enter__(self) -> IdempotencyContext:
+        if self._open():
+            assert self._ctx._boundary.mark is not None
+            try:
+                ok = self._ctx._boundary.mark()
+            except BaseException:
+                self._fail()
+                raise
+            self._marked(ok)
+        else:
+            self._ctx._boundary.entered = True
+        return self._ctx
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._ctx._boundary.inside = False
+
+    async def __aenter__(self) -> IdempotencyContext:
+        gate = self._ctx._boundary
+        if self._open():
+            try:
+                if gate.amark is not None:
+                    ok = await gate.amark()
+                else:
+                    assert gate.mark is not None
+                    ok = gate.mark()
+            except BaseException:
+                self._fail()
+                raise
+            self._marked(ok)
+        else:
+            gate.entered = True
+        return self._ctx
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._ctx._boundary.inside = False
+
+
 _current: ContextVar[IdempotencyContext | None] = ContextVar(
     "langchain_idempotent_context", default=None
 )
@@ -81,6 +212,43 @@ _scope: ContextVar[str | None] = ContextVar("langchain_idempotent_scope", defaul
 def get_idempotency_context() -> IdempotencyContext | None:
     """The context of the idempotent call running now, or ``None`` outside one."""
     return _current.get()
+
+
+#: Set while a ``effect="read"`` tool runs straight through (its name): no context, no mark.
+_passthrough: ContextVar[str | None] = ContextVar("langchain_idempotent_read_tool", default=None)
+
+
+@contextmanager
+def passthrough(tool: str) -> Iterator[None]:
+    """While an ``effect="read"`` tool runs straight through (for :func:`side_effect`'s
+    error)."""
+    token = _passthrough.set(tool)
+    try:
+        yield
+    finally:
+        _passthrough.reset(token)
+
+
+def side_effect() -> SideEffect:
+    """``get_idempotency_context().side_effect()``, with a clear error outside an
+    idempotent call (or in an ``effect="read"`` tool, which has no record to mark)."""
+    ctx = _current.get()
+    if ctx is None:
+        from .errors import IdempotencyError
+
+        read = _passthrough.get()
+        if read is not None:
+            raise IdempotencyError(
+                f"side_effect() used in tool {read!r}, declared effect='read': a read has no "
+                "side effect to mark; declare another effect class (e.g. 'keyed') instead",
+                key=None,
+            )
+        raise IdempotencyError(
+            "side_effect() used outside an idempotent tool call: wrap the tool with "
+            "idempotent(...) (or IdempotencyMiddleware) and call it from inside the tool",
+            key=None,
+        )
+    return ctx.side_effect()
 
 
 @contextmanager

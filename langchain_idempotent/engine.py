@@ -51,7 +51,21 @@ from typing import Any, Generic, TypeVar
 
 from . import _transactional
 from ._reconciling import HookAnswer, aask, ask
-from .context import IdempotencyContext, _current
+from ._steps import (
+    _BOUNDARY,
+    _CLAIM,
+    _AbandonStep,
+    _Answer,
+    _Call,
+    _CompleteStep,
+    _Outcome,
+    _ReconcileStep,
+    _ReleaseStep,
+    _RunStep,
+    _Step,
+    _WatchStep,
+)
+from .context import IdempotencyContext, _Boundary, _current
 from .errors import (
     IdempotencyError,
     InProgressError,
@@ -63,7 +77,7 @@ from .errors import (
 from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, deliver, logger
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
-from .reconcile import ReconcileCall, Reconciler, reconciler_for
+from .reconcile import ReconcileCall, reconciler_for
 from .record import Claim, ClaimOutcome, Completion, UncertainReason
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
@@ -80,76 +94,6 @@ class Unmemoized(Generic[V]):
     the engine releases the key, so a retry runs again, and returns ``value``."""
 
     value: V
-
-
-# -- steps the protocol asks its driver to perform -------------------------------------
-
-
-class _ClaimStep:
-    __slots__ = ()
-
-
-@dataclass(slots=True)
-class _WatchStep:
-    fence: int
-    timeout: float
-
-
-@dataclass(slots=True)
-class _RunStep:
-    #: ``protected=False`` (fence 0, no lease) when the tool runs unprotected (fail open).
-    ctx: IdempotencyContext
-
-
-@dataclass(slots=True)
-class _CompleteStep:
-    ctx: IdempotencyContext
-    payload: bytes
-    failed: bool
-
-
-@dataclass(slots=True)
-class _ReleaseStep:
-    ctx: IdempotencyContext
-
-
-@dataclass(slots=True)
-class _AbandonStep:
-    ctx: IdempotencyContext
-    reason: UncertainReason
-
-
-@dataclass(slots=True)
-class _ReconcileStep:
-    hook: Reconciler
-    call: ReconcileCall
-
-
-_Step = (
-    _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
-) | _ReconcileStep
-_CLAIM = _ClaimStep()
-
-
-@dataclass(slots=True)
-class _Outcome:
-    value: Any = None
-    exc: BaseException | None = None
-
-
-@dataclass(slots=True)
-class _Call:
-    key: str
-    fingerprint: str
-    owner: str
-    tool: str | None
-    meta: Mapping[str, str] | None
-    observer: EventHook | None
-    reconcile: Reconciler | None
-    args: Mapping[str, Any]
-    thread_id: str | None
-    #: Transactional mode: the open transaction between the run and the complete steps.
-    txn: Any = None
 
 
 class Engine:
@@ -189,68 +133,71 @@ class Engine:
         self._counter = EventCounter()
         self._renew_every = self.policy.lease_s * self.policy.renew_fraction
 
+        self._tools: dict[str, Engine] = {}
+
     def stats(self) -> dict[str, int]:
         """Events so far, by kind (``{"claim": 3, "replay": 2, ...}``)."""
         return self._counter.snapshot()
 
+    def for_tool(self, tool: str) -> Engine:
+        """The engine for one tool: this one, or (when the policy gives the tool an effect
+        class, :meth:`Policy.for_tool`) a sibling on the same store, serializer, hooks and
+        counters with that tool's policy."""
+        policy = self.policy.for_tool(tool)
+        if policy is self.policy:
+            return self
+        sibling = self._tools.get(tool)
+        if sibling is None:
+            sibling = Engine(
+                self.store,
+                policy,
+                serializer=self.serializer,
+                on_event=self.on_event,
+                never_terminal=self.never_terminal,
+            )
+            sibling._counter = self._counter
+            self._tools[tool] = sibling
+        return sibling
+
     # -- the flow (no store I/O) --------------------------------------------------------------
 
     def _flow(self, call: _Call) -> Generator[_Step, Any, Any]:
-        policy = self.policy
+        """Claim (waiting out a live lease), then run and complete, or answer without
+        running: a replay, a reconciled result, or an unprotected run (fail open)."""
+        got = yield from self._acquire(call)
+        if got is None:
+            return (yield from self._unprotected(call))
+        if isinstance(got, _Answer):
+            return got.value
+        return (yield from self._run_owned(call, got))
+
+    def _acquire(self, call: _Call) -> Generator[_Step, Any, Claim | _Answer | None]:
+        """Claim until the claim runs (the claim), answers (``_Answer``) or the store is
+        down with ``fail_open`` (``None``); BUSY waits, MISMATCH and EXPIRED raise."""
         deadline: float | None = None
-        waited = False
         while True:
             try:
                 claim: Claim = yield _CLAIM
             except IdempotencyError as exc:  # unreachable store or an unreadable record
                 self._emit(call, "store_error", detail={"op": "claim", "error": str(exc)})
-                if policy.fail_open and isinstance(exc, StoreUnavailableError):
-                    self._emit(call, "fail_open")
-                    # No lease, but the key: a downstream that deduplicates on it still can.
-                    unprotected: _Outcome = yield _RunStep(
-                        IdempotencyContext(
-                            key=call.key,
-                            fence=0,
-                            attempt=0,
-                            takeover=False,
-                            owner=call.owner,
-                            protected=False,
-                        )
-                    )
-                    if unprotected.exc is not None:
-                        raise unprotected.exc  # noqa: B904 - the tool's own error
-                    value = unprotected.value
-                    return value.value if isinstance(value, Unmemoized) else value
+                if self.policy.fail_open and isinstance(exc, StoreUnavailableError):
+                    return None
                 raise
             outcome = claim.outcome
             if outcome is ClaimOutcome.REPLAY:
                 self._emit(call, "replay", claim.fence, claim.attempt)
-                return self._replay(call, claim.payload, claim.failed)
+                return _Answer(self._replay(call, claim.payload, claim.failed))
             if outcome.runs:
-                break
+                return claim
             if outcome is ClaimOutcome.BUSY:
-                now = time.monotonic()
+                first = deadline is None
                 if deadline is None:  # infinite for wait_timeout=None: the lease bounds it
-                    deadline = now + policy.wait_timeout_s
-                left = deadline - now
-                if left <= 0:
-                    raise InProgressError(
-                        f"another caller is still running this tool call (fence {claim.fence}, "
-                        f"lease {claim.retry_after_ms} ms left) and it did not finish within "
-                        f"wait_timeout={policy.wait_timeout_s:g}s; retry later or raise "
-                        "wait_timeout",
-                        key=call.key,
-                    )
-                if not waited:
-                    waited = True
-                    self._emit(
-                        call,
-                        "wait",
-                        claim.fence,
-                        claim.attempt,
-                        {"lease_left_ms": claim.retry_after_ms},
-                    )
-                yield _WatchStep(claim.fence, min(left, claim.retry_after_ms / 1000 + 0.002))
+                    deadline = time.monotonic() + self.policy.wait_timeout_s
+                watch = self._watch(call, claim, deadline)
+                if first:
+                    detail = {"lease_left_ms": claim.retry_after_ms}
+                    self._emit(call, "wait", claim.fence, claim.attempt, detail)
+                yield watch
                 continue
             if outcome is ClaimOutcome.MISMATCH:
                 self._emit(call, "payload_mismatch", claim.fence, claim.attempt)
@@ -259,37 +206,71 @@ class Engine:
                     "must identify one payload (use a new key for a new request)",
                     key=call.key,
                 )
-            if call.reconcile is not None:
-                # on_expired="raise": ask first; nothing is held, so a found result is stored
-                # write-once over the record as it is (no owner).
-                found = yield from self._ask(call, claim, claim.attempt)
-                if found is not None:
-                    held = IdempotencyContext(
-                        key=call.key,
-                        fence=claim.fence,
-                        attempt=claim.attempt,
-                        takeover=True,
-                        owner=call.owner,
-                    )
-                    stored = yield from self._store_reconciled(call, held, found.value, owned=False)
-                    return stored
-            self._emit(call, "outcome_unknown", claim.fence, claim.attempt)
-            raise OutcomeUnknownError(
-                f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
-                "without recording a result, so its side effect may or may not have happened; "
-                "check downstream, then run `langchain-idempotent resolve "
-                f"{call.key}` to store the real result or free the key",
+            return _Answer((yield from self._expired(call, claim)))
+
+    def _watch(self, call: _Call, claim: Claim, deadline: float) -> _WatchStep:
+        """The watch on a BUSY key, or :class:`InProgressError` once the wait is over."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise InProgressError(
+                f"another caller is still running this tool call (fence {claim.fence}, "
+                f"lease {claim.retry_after_ms} ms left) and it did not finish within "
+                f"wait_timeout={self.policy.wait_timeout_s:g}s; retry later or raise "
+                "wait_timeout",
                 key=call.key,
             )
+        return _WatchStep(claim.fence, min(left, claim.retry_after_ms / 1000 + 0.002))
 
+    def _expired(self, call: _Call, claim: Claim) -> Generator[_Step, Any, Any]:
+        """``on_expired="raise"`` met an expired lease: the reconcile hook's result, stored
+        write-once over the record as it is (nothing is held), or ``OutcomeUnknownError``."""
+        if call.reconcile is not None:
+            found = yield from self._ask(call, claim, claim.attempt)
+            if found is not None:
+                held = IdempotencyContext(
+                    key=call.key,
+                    fence=claim.fence,
+                    attempt=claim.attempt,
+                    takeover=True,
+                    owner=call.owner,
+                )
+                return (yield from self._store_reconciled(call, held, found.value, owned=False))
+        self._emit(call, "outcome_unknown", claim.fence, claim.attempt)
+        raise OutcomeUnknownError(
+            f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
+            "without recording a result, so its side effect may or may not have happened; "
+            "check downstream, then run `langchain-idempotent resolve "
+            f"{call.key}` to store the real result or free the key",
+            key=call.key,
+        )
+
+    def _unprotected(self, call: _Call) -> Generator[_Step, Any, Any]:
+        """Fail open: run without a lease, but with the key (a downstream that deduplicates
+        on it still can); nothing is stored."""
+        self._emit(call, "fail_open")
+        done: _Outcome = yield _RunStep(
+            IdempotencyContext(
+                key=call.key, fence=0, attempt=0, takeover=False, owner=call.owner, protected=False
+            )
+        )
+        if done.exc is not None:
+            raise done.exc
+        return done.value.value if isinstance(done.value, Unmemoized) else done.value
+
+    def _run_owned(self, call: _Call, claim: Claim) -> Generator[_Step, Any, Any]:
+        """Holding the lease: reconcile a takeover, or run the action and settle it."""
         ctx = IdempotencyContext(
             key=call.key,
             fence=claim.fence,
             attempt=claim.attempt,
-            takeover=outcome is ClaimOutcome.TAKEOVER,
+            takeover=claim.outcome is ClaimOutcome.TAKEOVER,
             owner=call.owner,
+            _boundary=_Boundary(declared=self.policy.boundary, tool=call.tool),
         )
-        self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
+        if claim.outcome is ClaimOutcome.RETRY:  # the previous attempt never reached its effect
+            self._emit(call, "free_retry", ctx.fence, ctx.attempt, {"reason": claim.reason})
+        else:
+            self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
         if ctx.takeover and call.reconcile is not None:
             try:
                 found = yield from self._ask(call, claim, claim.attempt - 1)
@@ -300,42 +281,53 @@ class Engine:
             if found is not None:
                 return (yield from self._store_reconciled(call, ctx, found.value))
         done: _Outcome = yield _RunStep(ctx)
-
         if done.exc is not None:
-            failure = done.exc
-            if not isinstance(failure, Exception):
-                # Cancelled mid-tool: the effect may have happened. Keep the key uncertain.
-                yield from self._abandon(call, ctx, "cancelled")
-                raise failure
-            if self._is_terminal(failure):
-                stored = yield from self._complete(
-                    call, ctx, self.serializer.dumps_failure(failure), failed=True
-                )
-                if stored is not None and not stored.stored:
-                    return self._replay(call, stored.payload, stored.failed)
-                raise failure
-            yield from self._release(call, ctx)
-            raise failure
-
+            return (yield from self._failed(call, ctx, done.exc))
         if isinstance(done.value, Unmemoized):
-            yield from self._release(call, ctx)
+            yield from self._release(call, ctx, done.txn)
             return done.value.value
-
         try:
             payload = self.serializer.dumps(done.value, key=call.key)
         except (IdempotencyError, ValueError) as exc:
             # The effect happened but its result cannot be stored. Store the error instead,
             # so a retry does not repeat the effect, and tell this caller too.
-            stored = yield from self._complete(
-                call, ctx, self.serializer.dumps_failure(exc), failed=True
-            )
-            if stored is not None and not stored.stored:
-                return self._replay(call, stored.payload, stored.failed)
+            failure = self.serializer.dumps_failure(exc)
+            first = yield from self._store_failure(call, ctx, failure, done.txn)
+            if first is not None:
+                return first.value
             raise
-        completion = yield from self._complete(call, ctx, payload, failed=False)
+        completion = yield from self._complete(call, ctx, payload, failed=False, txn=done.txn)
         if completion is None or completion.stored:
             return done.value
         return self._replay(call, completion.payload, completion.failed)
+
+    def _failed(
+        self, call: _Call, ctx: IdempotencyContext, failure: BaseException
+    ) -> Generator[_Step, Any, Any]:
+        """The action raised (its transaction, if any, already rolled back): abandon on a
+        cancellation, store a terminal failure, release on any other error; re-raise."""
+        if not isinstance(failure, Exception):
+            # Cancelled mid-tool: the effect may have happened. Keep the key uncertain.
+            yield from self._abandon(call, ctx, "cancelled")
+        elif self._is_terminal(failure):
+            first = yield from self._store_failure(
+                call, ctx, self.serializer.dumps_failure(failure)
+            )
+            if first is not None:
+                return first.value
+        else:
+            yield from self._release(call, ctx)
+        raise failure
+
+    def _store_failure(
+        self, call: _Call, ctx: IdempotencyContext, failure: bytes, txn: Any = None
+    ) -> Generator[_Step, Any, _Answer | None]:
+        """Store a failure; ``None`` when it is the stored one, else the replay of the
+        result stored first (whose own failure the replay raises)."""
+        stored = yield from self._complete(call, ctx, failure, failed=True, txn=txn)
+        if stored is not None and not stored.stored:
+            return _Answer(self._replay(call, stored.payload, stored.failed))
+        return None
 
     def _complete(
         self,
@@ -345,9 +337,10 @@ class Engine:
         *,
         failed: bool,
         owned: bool = True,
+        txn: Any = None,
     ) -> Generator[_Step, Any, Completion | None]:
         try:
-            completion: Completion = yield _CompleteStep(ctx, payload, failed)
+            completion: Completion = yield _CompleteStep(ctx, payload, failed, txn)
         except LeaseLostError:  # transactional mode: the commit was refused, rolled back
             self._emit(call, "lease_lost", ctx.fence, ctx.attempt)
             raise
@@ -383,6 +376,7 @@ class Engine:
             args=call.args,
             thread_id=call.thread_id,
             reason=claim.reason or "lease_expired",
+            entered=True if claim.entered else None,
         )
         answer: HookAnswer = yield _ReconcileStep(call.reconcile, question)
         took = {"duration_ms": round(answer.duration_ms, 3), "reason": question.reason}
@@ -427,9 +421,11 @@ class Engine:
         if abandoned:
             self._emit(call, "abandon", ctx.fence, ctx.attempt, {"reason": reason})
 
-    def _release(self, call: _Call, ctx: IdempotencyContext) -> Generator[_Step, Any, None]:
+    def _release(
+        self, call: _Call, ctx: IdempotencyContext, txn: Any = None
+    ) -> Generator[_Step, Any, None]:
         try:
-            released = yield _ReleaseStep(ctx)
+            released = yield _ReleaseStep(ctx, txn)
         except IdempotencyError as exc:
             self._emit(
                 call, "store_error", ctx.fence, ctx.attempt, {"op": "release", "error": str(exc)}
@@ -439,10 +435,12 @@ class Engine:
             self._emit(call, "release", ctx.fence, ctx.attempt)
 
     def _is_terminal(self, exc: BaseException) -> bool:
+        # A key reused with other arguments (a remote store said so, e.g. an MCP server)
+        # stays so on every retry: store it rather than asking again.
         return (
             isinstance(exc, Exception)
             and not isinstance(exc, self.never_terminal)
-            and isinstance(exc, self.policy.terminal_exceptions)
+            and isinstance(exc, (PayloadMismatchError, *self.policy.terminal_exceptions))
         )
 
     def _replay(self, call: _Call, payload: bytes | None, failed: bool) -> Any:
@@ -454,7 +452,7 @@ class Engine:
         except IdempotencyError as exc:
             self._emit(call, "store_error", detail={"op": "decode", "error": str(exc)})
             raise
-        raise failure.rebuild(self.policy.terminal_exceptions)
+        raise failure.rebuild((PayloadMismatchError, *self.policy.terminal_exceptions))
 
     def _emit(
         self,
@@ -537,9 +535,10 @@ class Engine:
         if isinstance(step, _CompleteStep):
             if not policy.transactional:
                 return store.complete(**self._completion_args(call, step))
-            txn, call.txn = call.txn, None
-            return _transactional.complete(store, txn, self._completion_args(call, step))
+            return _transactional.complete(store, step.txn, self._completion_args(call, step))
         if isinstance(step, _ReleaseStep):
+            if step.txn is not None:
+                step.txn.rollback()
             return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
         if isinstance(step, _AbandonStep):
             return store.abandon(
@@ -561,6 +560,7 @@ class Engine:
             "ttl_ms": policy.ttl_ms,
             "on_expired": policy.on_expired,
             "meta": call.meta,
+            **_BOUNDARY[policy.boundary],
         }
 
     def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
@@ -578,11 +578,15 @@ class Engine:
     def _run_action(
         self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Any]
     ) -> _Outcome:
+        txn = None
         if self.policy.transactional and ctx.protected:
             try:
-                call.txn, ctx = _transactional.begin(self.store, ctx)
+                txn, ctx = _transactional.begin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
+        if ctx.protected:
+            fence, store = ctx.fence, self.store
+            ctx._boundary.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -590,10 +594,9 @@ class Engine:
             else None
         )
         try:
-            return _Outcome(value=action())
+            return _Outcome(value=action(), txn=txn)
         except BaseException as exc:
-            if call.txn is not None:  # the tool's writes go; the failure is recorded apart
-                call.txn, txn = None, call.txn
+            if txn is not None:  # the tool's writes go; the failure is recorded apart
                 txn.rollback()
             return _Outcome(exc=exc)
         finally:
@@ -652,9 +655,11 @@ class Engine:
         if isinstance(step, _CompleteStep):
             if not policy.transactional:
                 return await store.acomplete(**self._completion_args(call, step))
-            txn, call.txn = call.txn, None
-            return await _transactional.acomplete(store, txn, self._completion_args(call, step))
+            args = self._completion_args(call, step)
+            return await _transactional.acomplete(store, step.txn, args)
         if isinstance(step, _ReleaseStep):
+            if step.txn is not None:
+                await step.txn.rollback()
             return await store.arelease(call.key, owner=call.owner, fence=step.ctx.fence)
         if isinstance(step, _AbandonStep):
             # Shielded: the caller is usually being cancelled; a second cancellation must
@@ -671,11 +676,16 @@ class Engine:
     async def _arun_action(
         self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Awaitable[Any]]
     ) -> _Outcome:
+        txn = None
         if self.policy.transactional and ctx.protected:
             try:
-                call.txn, ctx = await _transactional.abegin(self.store, ctx)
+                txn, ctx = await _transactional.abegin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
+        if ctx.protected:
+            fence, store, gate = ctx.fence, self.store, ctx._boundary
+            gate.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
+            gate.amark = lambda: store.amark_effect(call.key, owner=call.owner, fence=fence)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
@@ -683,10 +693,9 @@ class Engine:
             else None
         )
         try:
-            return _Outcome(value=await action())
+            return _Outcome(value=await action(), txn=txn)
         except BaseException as exc:
-            if call.txn is not None:
-                call.txn, txn = None, call.txn
+            if txn is not None:
                 await txn.rollback()
             return _Outcome(exc=exc)
         finally:

@@ -7,6 +7,9 @@ Stable event kinds (``IdempotencyEvent.kind``):
 ``replay``             a stored result (or terminal failure) was returned, tool not run
 ``wait``               another owner's lease was live; the caller waited for it
 ``takeover``           an expired lease was taken over (fence + 1); the tool runs again
+``free_retry``         an expired (or abandoned) attempt never entered its side-effect
+                       block: a clean retry (fence + 1), no reconcile, never outcome
+                       unknown; ``detail``: ``reason``
 ``lease_lost``         a renewal found the lease gone while the tool ran
 ``stale_completion``   a completion arrived after another result was stored or after
                        this caller lost the lease
@@ -51,6 +54,7 @@ EventKind = Literal[
     "replay",
     "wait",
     "takeover",
+    "free_retry",
     "lease_lost",
     "stale_completion",
     "payload_mismatch",
@@ -76,6 +80,7 @@ _KINDS: dict[EventKind, tuple[int, bool]] = {
     "replay": (logging.INFO, True),
     "wait": (logging.INFO, True),
     "takeover": (logging.WARNING, True),
+    "free_retry": (logging.INFO, True),
     "lease_lost": (logging.WARNING, True),
     "stale_completion": (logging.WARNING, True),
     "payload_mismatch": (logging.WARNING, True),

@@ -35,6 +35,8 @@ from langgraph.types import Command
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import format_tool_output
 from .approval import Verdict, adecide, decide
+from .context import passthrough
+from .engine import Engine
 from .events import EventHook
 from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
 from .policy import Policy, PolicyOptions
@@ -77,13 +79,15 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if not names or not all(isinstance(n, str) and n for n in names):
             raise ValueError("IdempotencyMiddleware(tools=...) needs the names of the tools")
         self.tool_names = frozenset(names)
-        hooks = options.get("reconcile")
-        if isinstance(hooks, Mapping):
-            unknown = sorted(set(hooks) - self.tool_names)
+        for option in ("reconcile", "effect"):
+            per_tool = options.get(option)
+            unknown = (
+                sorted(set(per_tool) - self.tool_names) if isinstance(per_tool, Mapping) else []
+            )
             if unknown:
                 raise ValueError(
-                    f"reconcile= names {', '.join(unknown)}, which tools= does not: a hook is "
-                    "only asked for the tools this middleware makes idempotent"
+                    f"{option}= names {', '.join(unknown)}, which tools= does not: it only "
+                    "applies to the tools this middleware makes idempotent"
                 )
         self.engine = build_engine(
             store, policy=policy, options=options, on_event=on_event, who="IdempotencyMiddleware"
@@ -94,15 +98,18 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], _Result],
     ) -> _Result:
-        config = _config(request)
+        config, engine = _config(request), self._engine(request)
+        if engine is not None and engine.policy.effect_class == "read":
+            with passthrough(request.tool_call["name"]):  # straight through: no store
+                return handler(request)
         pending = self._pending(request, config)
-        if pending is None:
+        if pending is None or engine is None:
             return handler(request)
-        verdict = decide(pending, self.engine, config)
+        verdict = decide(pending, engine, config)
         if verdict.rejection is not None:
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
-        result = pending.run(self.engine, lambda: unmemoized_if_error(handler(request)), config)
+        result = pending.run(engine, lambda: unmemoized_if_error(handler(request)), config)
         return _as_message(result, request, pending) if pending.replayed else result
 
     async def awrap_tool_call(
@@ -110,11 +117,14 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[_Result]],
     ) -> _Result:
-        config = _config(request)
+        config, engine = _config(request), self._engine(request)
+        if engine is not None and engine.policy.effect_class == "read":
+            with passthrough(request.tool_call["name"]):
+                return await handler(request)
         pending = self._pending(request, config)
-        if pending is None:
+        if pending is None or engine is None:
             return await handler(request)
-        verdict = await adecide(pending, self.engine, config)
+        verdict = await adecide(pending, engine, config)
         if verdict.rejection is not None:
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
@@ -122,14 +132,19 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         async def action() -> Any:
             return unmemoized_if_error(await handler(request))
 
-        result = await pending.arun(self.engine, action, config)
+        result = await pending.arun(engine, action, config)
         return _as_message(result, request, pending) if pending.replayed else result
+
+    def _engine(self, request: ToolCallRequest) -> Engine | None:
+        """The engine of a tool this middleware wraps (its effect class applied)."""
+        name = request.tool_call["name"]
+        return self.engine.for_tool(name) if name in self.tool_names else None
 
     def _pending(self, request: ToolCallRequest, config: RunnableConfig) -> PendingCall | None:
         call = request.tool_call
         if call["name"] not in self.tool_names or request.tool is None:
             return None
-        policy = self.engine.policy
+        policy = self.engine.for_tool(call["name"]).policy
         if policy.scope == "turn" and not _nested(config):  # nested: the outermost turn
             turn = _turn_from_state(request.state)
             if turn is not None:

@@ -24,12 +24,14 @@ from typing import Any, Literal, TypedDict, Unpack
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
 from .keys import CallInfo, KeyFunction, Scope
-from .reconcile import ReconcileOption, check_reconcile
+from .reconcile import ReconcileOption, check_reconcile, reconciler_for
 from .record import ExpiredPolicy
 
 __all__ = [
+    "EFFECT_CLASSES",
     "ApprovalPredicate",
     "ApprovalSetting",
+    "EffectClass",
     "InterruptMode",
     "Policy",
     "PolicyOptions",
@@ -38,6 +40,14 @@ __all__ = [
 
 #: Field metadata for options that only code can give (types, not strings).
 _CODE_ONLY = {"env": False}
+
+#: What a tool's effect is, as a preset of the options below (docs/effects.md):
+#: ``read`` no effect: the call passes straight through, no store round trip;
+#: ``keyed`` the downstream deduplicates by the key it is handed: a takeover re-sends;
+#: ``unsafe`` never re-run blind: a takeover asks ``reconcile=`` or raises outcome unknown;
+#: ``irreversible`` a human approves each new effect, and a takeover raises unless reconciled.
+EffectClass = Literal["read", "keyed", "unsafe", "irreversible"]
+EFFECT_CLASSES: tuple[EffectClass, ...] = typing.get_args(EffectClass)
 
 #: Decides per call whether a human is asked (``lambda call: call.args["amount"] > 500``).
 ApprovalPredicate = Callable[[CallInfo], bool]
@@ -120,11 +130,33 @@ class Policy:
     #: function or a dict per tool name): the result if the effect happened, else ``None``
     #: (:mod:`langchain_idempotent.reconcile`).
     reconcile: ReconcileOption | None = field(default=None, metadata=_CODE_ONLY)
+    #: The tool marks its external call with ``get_idempotency_context().side_effect()``:
+    #: each claim records that the attempt has not reached it yet, so a takeover of an
+    #: attempt that never entered the block is a clean retry (no ``reconcile``, never
+    #: outcome unknown). One store write more per run, when the block is entered. Code-only:
+    #: it states what the tool's code does.
+    boundary: bool = field(default=False, metadata=_CODE_ONLY)
+    #: The tool's effect class (:data:`EffectClass`), or a dict of tool names to classes:
+    #: a preset of ``on_expired`` and ``approval`` (options given explicitly win). Resolved
+    #: per tool by :meth:`for_tool`.
+    effect: EffectClass | Mapping[str, EffectClass] | None = field(
+        default=None, metadata=_CODE_ONLY
+    )
+    #: Identical calls in one ``AIMessage`` (same tool, same arguments): ``"share"`` one
+    #: effect (default), ``"run"`` each once (a key per position), ``"reject"`` all but
+    #: the first (an error ``ToolMessage``).
+    identical_calls: Literal["share", "run", "reject"] = field(default="share", metadata=_CODE_ONLY)
+    #: Time travel (a branch LangGraph started with ``update_state`` or by resuming from an
+    #: earlier checkpoint): ``"replay"`` its calls' stored results (default), or ``"run"``
+    #: them as new effects (one key per branch; one checkpointer read per call).
+    on_fork: Literal["replay", "run"] = field(default="replay", metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
     #: ``wait_timeout`` in seconds; ``math.inf`` for ``wait_timeout=None``.
     wait_timeout_s: float = field(init=False, repr=False)
+    _explicit: frozenset[str] = field(init=False, repr=False, compare=False)
+    _resolved: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lease_s = to_seconds(self.lease, "lease")
@@ -158,8 +190,23 @@ class Policy:
             )
         if not isinstance(self.transactional, bool):
             raise ValueError(f"transactional must be True or False, got {self.transactional!r}")
+        if not isinstance(self.boundary, bool):
+            raise ValueError(f"boundary must be True or False, got {self.boundary!r}")
+        _check_effect(self.effect)
+        if self.on_fork not in ("replay", "run"):
+            raise ValueError(f"on_fork must be 'replay' or 'run', got {self.on_fork!r}")
+        if self.identical_calls not in ("share", "run", "reject"):
+            raise ValueError(
+                f"identical_calls must be 'share', 'run' or 'reject', got {self.identical_calls!r}"
+            )
+        if self.effect == "read" and self.boundary:
+            raise ValueError(
+                "effect='read' has no side effect to mark: drop boundary=True, or declare "
+                "another effect class"
+            )
         _check_approval(self.approval, self.interrupt_mode)
         check_reconcile(self.reconcile)
+        object.__setattr__(self, "_explicit", _not_default(self))
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
 
@@ -180,7 +227,39 @@ class Policy:
                 f"unknown idempotency option(s) {', '.join(unknown)}; "
                 f"known options: {', '.join(option_names())}"
             )
-        return dataclasses.replace(self, **options) if options else self
+        if not options:
+            return self
+        explicit = self._explicit | frozenset(options)
+        new = dataclasses.replace(self, **options)
+        object.__setattr__(new, "_explicit", explicit)
+        return new
+
+    @property
+    def effect_class(self) -> EffectClass | None:
+        """The effect class of a policy resolved by :meth:`for_tool` (``None``: none)."""
+        return self.effect if isinstance(self.effect, str) else None
+
+    def for_tool(self, tool: str) -> Policy:
+        """This policy for one tool: its effect class (the one class, or its entry in the
+        dict) applied as a preset under the options given explicitly."""
+        chosen = self.effect.get(tool) if isinstance(self.effect, Mapping) else self.effect
+        if chosen is None and self.effect is None:
+            return self
+        if self.effect == chosen and self._resolved:
+            return self
+        hook = reconciler_for(self.reconcile, tool)
+        presets: dict[str | None, dict[str, Any]] = {
+            None: {},
+            "read": {},
+            "keyed": {"on_expired": "takeover"},
+            "unsafe": {"on_expired": "takeover" if hook is not None else "raise"},
+            "irreversible": {"approval": True, "on_expired": "raise"},
+        }
+        chosen_options = {k: v for k, v in presets[chosen].items() if k not in self._explicit}
+        new = dataclasses.replace(self, effect=chosen, **chosen_options)
+        object.__setattr__(new, "_explicit", self._explicit)
+        object.__setattr__(new, "_resolved", True)
+        return new
 
     @classmethod
     def from_env(
@@ -233,6 +312,36 @@ class PolicyOptions(TypedDict, total=False):
     approval: ApprovalSetting
     interrupt_mode: InterruptMode
     reconcile: ReconcileOption | None
+    boundary: bool
+    effect: EffectClass | Mapping[str, EffectClass] | None
+    identical_calls: Literal["share", "run", "reject"]
+    on_fork: Literal["replay", "run"]
+
+
+def _not_default(policy: Policy) -> frozenset[str]:
+    """The options given explicitly, as far as a constructed policy can tell (they win
+    over an effect class's preset): those that differ from their defaults.
+    :meth:`Policy.with_options` adds every name it was given."""
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(policy)
+        if f.init and f.default is not dataclasses.MISSING and getattr(policy, f.name) != f.default
+    )
+
+
+def _check_effect(effect: object) -> None:
+    """Refuse anything but ``None``, an effect class, or a dict of tool names to classes."""
+    if effect is None:
+        return
+    items = effect.items() if isinstance(effect, Mapping) else [(None, effect)]
+    for tool, chosen in items:
+        if tool is not None and (not isinstance(tool, str) or not tool):
+            raise ValueError(f"effect= as a dict needs tool names as keys, got {tool!r}")
+        if chosen not in EFFECT_CLASSES:
+            where = f" for tool {tool!r}" if tool is not None else ""
+            raise ValueError(
+                f"unknown effect class {chosen!r}{where}; valid: {', '.join(EFFECT_CLASSES)}"
+            )
 
 
 def option_names() -> tuple[str, ...]:

@@ -14,12 +14,21 @@ claim (``rec`` is the record under ``key``, ``now`` the store clock)::
     RUNNING, owner is the claimant  -> OWNED      same fence, lease extended
     RUNNING, lease live             -> BUSY       retry_after = lease_until - now
     RUNNING, lease expired
+        effect "before"             -> RETRY      fence + 1, attempt + 1, new owner
         policy "takeover"           -> TAKEOVER   fence + 1, attempt + 1, new owner
         policy "raise"              -> EXPIRED    nothing written (outcome unknown)
 
-A TAKEOVER or EXPIRED answer carries ``reason``: ``"lease_expired"``, or the reason an
-abandoned record names (``"cancelled"``, ...). Neither FREE nor an absent record is
-uncertain: a released key failed in a way the tool itself reported.
+A TAKEOVER, RETRY or EXPIRED answer carries ``reason``: ``"lease_expired"``, or the reason
+an abandoned record names (``"cancelled"``, ...); TAKEOVER and EXPIRED carry ``entered``
+(the effect mark was ``"entered"``, not ``"unmarked"``). Neither FREE nor an absent record is
+uncertain: a released key failed in a way the tool itself reported. Every claim that
+writes a new attempt (ACQUIRED, TAKEOVER, RETRY) sets the effect mark: ``"before"`` when the
+claimant's tool marks its effect (``boundary=True``), else ``"unmarked"``. A record whose
+attempt never entered its block (``"before"``) is not uncertain: its effect never started,
+so the next claimant retries it cleanly under either policy.
+
+mark_effect (the tool enters its side-effect block): only while ``RUNNING`` with the
+caller's owner and fence, the effect mark becomes ``"entered"``; nothing else changes.
 
 renew: extends the lease only while ``RUNNING`` with the caller's owner and fence.
 
@@ -40,14 +49,16 @@ with that reason, instead of a clean ACQUIRED. Fence and attempt are kept.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 
 from .record import (
     FORMAT_VERSION,
     Claim,
     ClaimOutcome,
     Completion,
+    EffectMark,
     ExpiredPolicy,
     Record,
     State,
@@ -60,6 +71,7 @@ __all__ = [
     "decide_abandon",
     "decide_claim",
     "decide_complete",
+    "decide_mark_effect",
     "decide_release",
     "decide_renew",
 ]
@@ -75,8 +87,11 @@ def decide_claim(
     lease_ms: int,
     on_expired: ExpiredPolicy = "takeover",
     meta: Mapping[str, str] | None = None,
+    boundary: bool = False,
 ) -> tuple[Claim, Record | None]:
-    """Decide a claim. Returns the answer and the record to write (``None``: unchanged)."""
+    """Decide a claim. Returns the answer and the record to write (``None``: unchanged).
+    ``boundary``: the claimant's tool marks its side effect (``side_effect()``)."""
+    effect: EffectMark = "before" if boundary else "unmarked"
     if rec is None:
         new = Record(
             key=key,
@@ -91,6 +106,7 @@ def decide_claim(
             updated_at=now,
             version=FORMAT_VERSION,
             meta=dict(meta or {}),
+            effect=effect,
         )
         return Claim(ClaimOutcome.ACQUIRED, fence=1, attempt=1), new
     if rec.fingerprint != fingerprint:
@@ -106,8 +122,9 @@ def decide_claim(
             ),
             None,
         )
+    take = partial(_take, rec, owner=owner, now=now, lease_ms=lease_ms, effect=effect)
     if rec.state is State.FREE:
-        return _take(rec, ClaimOutcome.ACQUIRED, owner=owner, now=now, lease_ms=lease_ms)
+        return take(ClaimOutcome.ACQUIRED)
     # RUNNING
     if rec.owner == owner:
         renewed = replace(rec, lease_until=now + lease_ms, updated_at=now)
@@ -122,12 +139,24 @@ def decide_claim(
             ),
             None,
         )
+    return _expired(rec, take, on_expired)
+
+
+def _expired(
+    rec: Record, take: Callable[..., tuple[Claim, Record]], on_expired: ExpiredPolicy
+) -> tuple[Claim, Record | None]:
+    """A running record whose lease ended: a clean RETRY when its attempt never entered its
+    side-effect block, else uncertain (TAKEOVER, or EXPIRED under ``"raise"``)."""
     reason = abandoned_reason(rec.owner) or "lease_expired"
+    if rec.effect == "before":
+        return take(ClaimOutcome.RETRY, reason=reason)
+    entered = rec.effect == "entered"
     if on_expired == "raise":
-        return Claim(
-            ClaimOutcome.EXPIRED, fence=rec.fence, attempt=rec.attempt, reason=reason
-        ), None
-    return _take(rec, ClaimOutcome.TAKEOVER, owner=owner, now=now, lease_ms=lease_ms, reason=reason)
+        expired = Claim(
+            ClaimOutcome.EXPIRED, rec.fence, rec.attempt, reason=reason, entered=entered
+        )
+        return expired, None
+    return take(ClaimOutcome.TAKEOVER, reason=reason, entered=entered)
 
 
 def _take(
@@ -137,7 +166,9 @@ def _take(
     owner: str,
     now: int,
     lease_ms: int,
+    effect: EffectMark,
     reason: UncertainReason | None = None,
+    entered: bool = False,
 ) -> tuple[Claim, Record]:
     new = replace(
         rec,
@@ -148,8 +179,10 @@ def _take(
         lease_until=now + lease_ms,
         payload=None,
         updated_at=now,
+        effect=effect,
     )
-    return Claim(outcome, fence=new.fence, attempt=new.attempt, reason=reason), new
+    claim = Claim(outcome, new.fence, new.attempt, reason=reason, entered=entered)
+    return claim, new
 
 
 def decide_renew(
@@ -207,6 +240,16 @@ def decide_complete(
         updated_at=now,
     )
     return Completion(stored=True, stale=stale, failed=failed, payload=payload), new
+
+
+def decide_mark_effect(
+    rec: Record | None, *, owner: str, fence: int, now: int
+) -> tuple[bool, Record | None]:
+    """Mark that the current attempt entered its side-effect block, only for the current
+    owner and fence (``False``: the lease was lost; the effect must not start)."""
+    if rec is None or rec.state is not State.RUNNING or rec.owner != owner or rec.fence != fence:
+        return False, None
+    return True, replace(rec, effect="entered", updated_at=now)
 
 
 def decide_release(

@@ -15,9 +15,11 @@ again::
 - An exception: nothing is stored, the call is given back still uncertain (the next
   claimant asks again) and the exception propagates.
 
-It is never asked on a first run, a replay, or after a retryable error the tool raised
-itself (the tool knew it failed: the key was released). With ``on_expired="raise"`` it is
-asked first, and ``OutcomeUnknownError`` is raised only when it returns ``None``.
+It is never asked on a first run, a replay, after a retryable error the tool raised
+itself (the tool knew it failed: the key was released), or when the previous attempt never
+entered its ``side_effect()`` block (a clean retry: the effect never started). With
+``on_expired="raise"`` it is asked first, and ``OutcomeUnknownError`` is raised only when
+it returns ``None``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ class ReconcileCall:
     thread_id: str | None
     #: Why the outcome is unknown (see :data:`~langchain_idempotent.record.UncertainReason`).
     reason: UncertainReason
+    #: ``True``: the previous attempt entered its ``side_effect()`` block (the effect may
+    #: have crossed). ``None``: the tool does not mark its effect, so nobody knows how far
+    #: it got. (An attempt that never entered its block is retried without asking.)
+    entered: bool | None = None
 
 
 #: A hook: the call's result if its effect happened, else ``None``; sync or async.

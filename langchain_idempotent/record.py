@@ -15,6 +15,7 @@ __all__ = [
     "Claim",
     "ClaimOutcome",
     "Completion",
+    "EffectMark",
     "ExpiredPolicy",
     "Record",
     "State",
@@ -28,6 +29,13 @@ FORMAT_VERSION = 1
 
 #: What a claim does with a running record whose lease has expired.
 ExpiredPolicy = Literal["takeover", "raise"]
+
+#: Where an attempt stands with its side-effect block
+#: (:meth:`~langchain_idempotent.context.IdempotencyContext.side_effect`): ``unmarked`` the
+#: tool does not mark its effect (claimed without ``boundary``: a takeover is uncertain, as
+#: always); ``before`` it marks it and has not entered the block (a takeover is a free
+#: retry); ``entered`` it entered the block, so the effect may have crossed.
+EffectMark = Literal["unmarked", "before", "entered"]
 
 #: Why the outcome of a previous attempt is unknown (a takeover's ``Claim.reason``):
 #: ``lease_expired`` its owner stopped renewing (died, or paused past its lease: the two
@@ -79,6 +87,8 @@ class Record:
     updated_at: int
     version: int = FORMAT_VERSION
     meta: Mapping[str, str] = field(default_factory=dict)
+    #: The current attempt's side-effect mark (see :data:`EffectMark`).
+    effect: EffectMark = "unmarked"
 
     @property
     def done(self) -> bool:
@@ -100,6 +110,9 @@ class ClaimOutcome(StrEnum):
     """The key was absent or free: the caller owns a fresh lease and runs the tool."""
     TAKEOVER = "takeover"
     """Another owner's lease expired without a result: the caller owns it now (fence + 1)."""
+    RETRY = "retry"
+    """Another owner's lease expired (or was given up) before it entered its side-effect
+    block: the effect never started, the caller owns a clean retry (fence + 1)."""
     OWNED = "owned"
     """The caller already owned this lease (a retried claim): granted again."""
     BUSY = "busy"
@@ -112,7 +125,12 @@ class ClaimOutcome(StrEnum):
     @property
     def runs(self) -> bool:
         """Whether the claimant now holds the lease and must run the tool."""
-        return self in (ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED)
+        return self in (
+            ClaimOutcome.ACQUIRED,
+            ClaimOutcome.TAKEOVER,
+            ClaimOutcome.RETRY,
+            ClaimOutcome.OWNED,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +144,11 @@ class Claim:
     failed: bool = False
     #: For REPLAY: the stored payload.
     payload: bytes | None = None
-    #: For TAKEOVER and EXPIRED: why the previous attempt's outcome is unknown.
+    #: For TAKEOVER, RETRY and EXPIRED: why the previous attempt ended without a result.
     reason: UncertainReason | None = None
+    #: For TAKEOVER and EXPIRED: ``True`` when the previous attempt entered its side-effect
+    #: block; ``False`` when its tool does not mark one (nobody knows how far it got).
+    entered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

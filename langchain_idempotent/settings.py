@@ -14,8 +14,9 @@ The store variables:
 variable                        meaning
 ==============================  =========================================================
 ``IDEMPOTENCY_STORE_URL``       ``redis://…``, ``rediss://…``, ``unix://…``, ``redis+cluster://…``,
-                                ``rediss+cluster://…``,
-                                ``sqlite:///path/file.db`` or ``memory://``
+                                ``rediss+cluster://…``, ``sqlite:///path/file.db``,
+                                ``postgresql://…`` / ``postgres://…`` (``?table=``), or
+                                ``memory://`` (:data:`~.stores._url.SCHEMES`)
 ``IDEMPOTENCY_REDIS_URL``       a Redis URL (``REDIS_URL`` is accepted too)
 ``IDEMPOTENCY_SQLITE_PATH``     a SQLite file, when no URL is set
 ``IDEMPOTENCY_REDIS_PREFIX``    key prefix in Redis (default ``idem:``)
@@ -90,9 +91,9 @@ def store_from_url(
     redis_replica_timeout: float = 0.1,
 ) -> BaseIdempotencyStore:
     """A store for ``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``,
-    ``rediss+cluster://``, ``sqlite:///…`` or ``memory://`` (see
-    :func:`~langchain_idempotent.stores._url.parse_store_url`). The ``redis_*`` options
-    apply to Redis only."""
+    ``rediss+cluster://``, ``sqlite:///…``, ``postgresql://…``, ``postgres://…`` or
+    ``memory://`` (see :func:`~langchain_idempotent.stores._url.parse_store_url`). The
+    ``redis_*`` options apply to Redis only."""
     return parse_store_url(url).build(
         redis_prefix=redis_prefix,
         redis_replicas=redis_replicas,

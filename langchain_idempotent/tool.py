@@ -45,6 +45,7 @@ from ._compat import DirectCall, injected_args_keys, to_args_and_kwargs
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._replay import direct_call_id
 from .approval import Verdict, adecide, decide
+from .context import passthrough
 from .engine import Engine
 from .events import EventHook
 from .keys import by_field_name, model_schema
@@ -198,6 +199,9 @@ class IdempotentTool(BaseTool):
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.policy.effect_class == "read":  # straight through: no key, no store
+            with passthrough(self.name):
+                return self.inner.invoke(input, config, **kwargs)
         if self._handoff == "rerun":  # control flow: the current state's answer, every time
             return self.inner.invoke(input, config, **kwargs)
         config = ensure_config(config)
@@ -214,6 +218,9 @@ class IdempotentTool(BaseTool):
             _pending.reset(token)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.policy.effect_class == "read":
+            with passthrough(self.name):
+                return await self.inner.ainvoke(input, config, **kwargs)
         if self._handoff == "rerun":
             return await self.inner.ainvoke(input, config, **kwargs)
         config = ensure_config(config)
@@ -248,6 +255,11 @@ class IdempotentTool(BaseTool):
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:  # from invoke: the key is derived
             return super().run(tool_input, *args, **kwargs)
+        if self.policy.effect_class == "read":  # as invoke: straight through
+            with passthrough(self.name):
+                return self.inner.run(tool_input, *args, **kwargs)
+        if self._handoff == "rerun":
+            return self.inner.run(tool_input, *args, **kwargs)
         config = self._run_config(kwargs)
         pending = self._derive(tool_input, config, kwargs.get("tool_call_id"))
         if pending is not None:
@@ -264,6 +276,11 @@ class IdempotentTool(BaseTool):
     async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:
             return await super().arun(tool_input, *args, **kwargs)
+        if self.policy.effect_class == "read":
+            with passthrough(self.name):
+                return await self.inner.arun(tool_input, *args, **kwargs)
+        if self._handoff == "rerun":
+            return await self.inner.arun(tool_input, *args, **kwargs)
         config = self._run_config(kwargs)
         pending = self._derive(tool_input, config, kwargs.get("tool_call_id"))
         if pending is not None:
@@ -450,7 +467,7 @@ def idempotent(
             t = as_tool(t)
         if not single and not is_handoff(t):
             handoff = None
-        return IdempotentTool(t, engine=engine, handoff=handoff)
+        return IdempotentTool(t, engine=engine.for_tool(t.name), handoff=handoff)
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]

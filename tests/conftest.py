@@ -1,4 +1,13 @@
-"""Shared fixtures: throwaway Redis servers (see ``tests/support/redis_servers.py``).
+"""Shared fixtures: throwaway Redis servers (see ``tests/support/redis_servers.py``); and
+what the default run leaves out.
+
+**The default run** (``pytest`` with no path and no ``-m``) is the fast one: unit tests,
+the store contract on every store, the graphs, the CLI. It leaves out the long suites,
+each run by its own command (README, "Development"; ``.ci/run`` runs them all): the
+directories in :data:`LONG_DIRS` (``pytest tests/faults``, ``pytest tests/peer``, ...)
+and the tests marked with one of :data:`LONG_MARKERS` (``pytest -m "slow or server"``).
+Naming a path (``pytest tests``, ``pytest tests/test_agent_server.py``) or passing ``-m``
+runs what it names.
 
 Tests never touch a Redis they did not start: ``redis_server`` is one ``redis-server`` on
 a free loopback port for the whole session, and ``redis_store`` gives each test a store
@@ -19,6 +28,34 @@ from langchain_idempotent.stores.base import BaseIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.redis_servers import RedisServer, redis_server_available
+
+#: Directories under ``tests/`` that only their own command runs.
+LONG_DIRS = ("faults", "peer", "torture")
+#: Markers of the tests that only their own command runs: a real ``langgraph dev``
+#: (``server``) or a long scenario (``slow``).
+LONG_MARKERS = ("slow", "server")
+_TESTS = Path(__file__).resolve().parent
+
+
+def _default_run(config: pytest.Config) -> bool:
+    """``pytest`` as typed: no path (pytest took ``testpaths``) and no ``-m``."""
+    return config.args_source is pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if _default_run(config) and collection_path.parent == _TESTS:
+        return True if collection_path.name in LONG_DIRS else None
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _default_run(config):
+        return
+    long = [i for i in items if any(i.get_closest_marker(m) for m in LONG_MARKERS)]
+    if long:
+        config.hook.pytest_deselected(items=long)
+        left_out = set(map(id, long))
+        items[:] = [i for i in items if id(i) not in left_out]
 
 
 def _require_redis() -> None:

@@ -30,7 +30,10 @@ from tests.support.refund_server import (
     wait_for_refunds,
 )
 
-pytestmark = pytest.mark.skipif(langgraph_cli() is None, reason="langgraph-cli not installed")
+pytestmark = [
+    pytest.mark.skipif(langgraph_cli() is None, reason="langgraph-cli not installed"),
+    pytest.mark.server,
+]
 langgraph_sdk = pytest.importorskip("langgraph_sdk")
 
 

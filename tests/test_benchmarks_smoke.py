@@ -25,6 +25,7 @@ import langchain_idempotent
 from tests.support.postgres_server import postgres_unavailable_reason
 
 pytestmark = [
+    pytest.mark.slow,  # the benchmarks, run for real: left out of the default run (pytest -m slow)
     pytest.mark.redis,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
 ]

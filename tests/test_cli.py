@@ -304,6 +304,7 @@ def test_a_record_that_cannot_be_read_is_reported_not_used(
 def test_show_of_an_absent_key_exits_1(
     backend: Backend, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    backend.completed("other", 1, thread="t1")
     code, _, err = run(capsys, "show", "nope", "--url", backend.url)
     assert code == 1
     assert "no record under key 'nope'" in err
@@ -332,6 +333,7 @@ def test_delete_removes_a_record_nothing_else_can_read(
     code, _, err = run(capsys, "delete", "k", "--url", backend.url)
     assert yes.asked and code == 0
     assert "(unreadable:" in err  # the question says what is being deleted
+    backend.completed("other", 1, thread="t1")
     code, _, err = run(capsys, "show", "k", "--url", backend.url)
     assert code == 1 and "no record under key 'k'" in err
 
@@ -355,6 +357,7 @@ def test_delete_asks_warns_about_a_live_lease_and_obeys_no(
 def test_delete_of_an_absent_key_exits_1(
     backend: Backend, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    backend.completed("other", 1, thread="t1")
     code, _, err = run(capsys, "delete", "nope", "--yes", "--url", backend.url)
     assert code == 1
     assert "no record under key 'nope'" in err
@@ -570,8 +573,9 @@ def test_an_unreachable_redis_exits_1_without_printing_the_password(
 @needs_redis
 def test_doctor_reports_a_default_redis_as_at_risk(capsys: pytest.CaptureFixture[str]) -> None:
     with RedisServer(maxmemory="50mb", maxmemory_policy="allkeys-lru") as server:
-        code, out, _ = run(capsys, "doctor", "--url", server.url, "--pings", "3")
-        assert code == 0
+        code, out, err = run(capsys, "doctor", "--url", server.url, "--pings", "3")
+        assert code == 1  # reported, and the empty key prefix said too
+        assert "no records under the key prefix 'idem:'" in err
         facts = dict(line.split(":", 1) for line in out.split("\n\n")[0].splitlines())
         assert facts["maxmemory policy"].strip() == "allkeys-lru"
         assert facts["version"].strip()
@@ -609,6 +613,9 @@ def test_doctor_finds_no_risk_on_a_replicated_aof_noeviction_redis(
         while primary.client().info("replication")["connected_slaves"] < 1:
             assert time.monotonic() < deadline, "the replica did not connect"
             time.sleep(0.05)
+        store_from_url(primary.url).claim(
+            "k", owner="o", fingerprint="fp", lease_ms=60_000, ttl_ms=3_600_000
+        )
         code, out, _ = run(capsys, "doctor", "--url", primary.url, "--strict", "--json")
         assert code == 0, out
         doc = json.loads(out)
@@ -643,8 +650,8 @@ def test_doctor_reports_a_sqlite_file(tmp_path: Path, capsys: pytest.CaptureFixt
     assert facts["size_bytes"] > 0
 
     missing = tmp_path / "missing.db"
-    code, out, _ = run(capsys, "doctor", "--url", f"sqlite:///{missing}")
-    assert code == 0 and "does not exist yet" in out
+    code, out, err = run(capsys, "doctor", "--url", f"sqlite:///{missing}")
+    assert code == 1 and "does not exist yet" in out and "no SQLite database at" in err
     assert not missing.exists()
 
 
@@ -654,14 +661,14 @@ def test_doctor_reports_postgres_durability_settings_table_and_expired_rows(
     if pg_server is None:
         pytest.skip("needs the throwaway cluster (fsync and synchronous_commit off)")
     url = f"{pg_url}?table={pg_table}"
-    code, out, _ = run(capsys, "doctor", "--url", url, "--pings", "3")
-    assert code == 0
+    code, out, err = run(capsys, "doctor", "--url", url, "--pings", "3")
+    assert code == 1 and f"no table '{pg_table}'" in err
     facts = dict(line.split(":", 1) for line in out.split("\n\n")[0].splitlines())
     assert facts["server version"].strip().split(".")[0].isdigit()
     assert facts["fsync"].strip() == "off" and facts["synchronous commit"].strip() == "off"
     assert "[RISK] durability: fsync off" in out
     assert "[RISK] commit: synchronous_commit off" in out
-    assert f"[NOTE] table: no table '{pg_table}' yet" in out
+    assert f"[NOTE] table: no table '{pg_table}':" in out
     assert "2 risk(s) to records" in out
 
     store = store_from_url(url)
@@ -1052,6 +1059,7 @@ def test_doctor_works_where_config_is_refused_and_never_prints_the_password(
         [facts] = store.describe()["servers"]
         assert {name: facts[name] for name in CONFIG_FIELDS} == dict.fromkeys(CONFIG_FIELDS)
         assert facts["redis_version"]  # INFO is still allowed
+        store.claim("k", owner="o", fingerprint="fp", lease_ms=60_000, ttl_ms=3_600_000)
         store.close()
         code, out, err = run(capsys, "doctor", "--url", url)
         assert code == 0, err

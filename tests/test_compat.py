@@ -137,6 +137,41 @@ def test_a_running_graph_exposes_its_state_to_a_tool() -> None:
     assert _compat.graph_state_messages({}) is None
 
 
+def test_a_task_on_a_time_travel_branch_sees_the_checkpoint_that_started_it() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    seen: list[str | None] = []
+
+    def step(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        configurable = config.get("configurable") or {}
+        for name in (_compat.PREGEL_CHECKPOINTER, "checkpoint_map"):
+            assert name in configurable, moved(f"LangGraph's configurable[{name!r}]")
+        seen.append(_compat.forked_from(config))
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("first", lambda state: {})
+    builder.add_node("step", step)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "step")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": []}, config)
+    before = next(s for s in graph.get_state_history(config) if s.next == ("step",))
+    graph.invoke(None, before.config)  # resumed from an earlier checkpoint: a "fork"
+    branch = graph.update_state(before.config, {"messages": []}, as_node="first")
+    graph.invoke(None, branch)  # an update_state branch: "update"
+    sources = {
+        s.config["configurable"]["checkpoint_id"]: s.metadata.get("source")
+        for s in graph.get_state_history(config)
+    }
+    assert seen[0] is None
+    assert [sources.get(cid or "") for cid in seen[1:]] == ["fork", "update"], moved(
+        "LangGraph's checkpoint metadata source 'fork' / 'update'"
+    )
+    assert _compat.forked_from({}) is None
+
+
 def test_langgraph_still_names_its_config_keys_as_compat_does() -> None:
     try:
         from langgraph._internal._constants import CONFIG_KEY_READ, CONFIG_KEY_SCRATCHPAD
@@ -199,20 +234,6 @@ def test_a_tasks_answers_are_matched_to_its_interrupts_by_position() -> None:
     assert got == [("a", "b")], moved("position-matched resumes within one task")
 
 
-def test_psycopg_pool_keeps_its_idle_connections_in_a_deque() -> None:
-    """``stores/postgres/_pools.py`` takes the idle connections of a pool whose loop ended
-    from ``pool._pool`` (psycopg_pool's idle deque), to close them."""
-    from collections import deque
-
-    from psycopg_pool import AsyncConnectionPool
-
-    pool = AsyncConnectionPool("postgresql://unused", open=False)
-    assert isinstance(getattr(pool, "_pool", None), deque), (
-        "psycopg_pool moved AsyncConnectionPool._pool, which "
-        "langchain_idempotent/stores/postgres/_pools.py reads: update it"
-    )
-
-
 @pytest.mark.parametrize("handle_tool_errors", [True, (Exception,)])
 def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
     handle_tool_errors: Any,
@@ -229,11 +250,6 @@ def test_tool_node_lets_graph_bubble_up_through_its_error_handling(
     with pytest.raises(MissingScopeError, match="no thread id") as raised:
         builder.compile().invoke({"messages": [AIMessage("", tool_calls=[call])]})
     assert isinstance(raised.value, GraphBubbleUp), moved("ToolNode's GraphBubbleUp handling")
-
-
-#: Underscore attributes read with ``getattr`` outside ``_compat.py``, each a touch of a
-#: package other than LangChain / LangGraph with its own test above.
-_OTHER_PACKAGES_TOUCHES = {("_pools.py", "_pool")}  # psycopg_pool's idle deque
 
 
 def private_touches(source: str, name: str) -> list[str]:
@@ -261,7 +277,6 @@ def private_touches(source: str, name: str) -> list[str]:
             and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str)
             and node.args[1].value.startswith("_")
-            and (name, node.args[1].value) not in _OTHER_PACKAGES_TOUCHES
         ):
             found.append(f"{name}: getattr(..., {node.args[1].value!r})")
     return found
@@ -294,6 +309,21 @@ def test_compat_lists_its_supported_ranges() -> None:
     doc = inspect.getdoc(_compat) or ""
     for package in ("langchain-core", "langgraph", "langchain"):
         assert f"``{package}``" in doc
+
+
+def test_psycopg_pool_keeps_its_idle_connections_where_the_postgres_store_reads_them() -> None:
+    pytest.importorskip("psycopg_pool")
+    from collections import deque
+
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool("postgresql://127.0.0.1:1/none", open=False)
+    idle = getattr(pool, "_pool", None)
+    assert isinstance(idle, deque), moved("psycopg_pool.AsyncConnectionPool._pool (idle deque)")
+    marker = object()
+    idle.append(marker)
+    assert _compat.idle_connections(pool) == [marker]
+    assert _compat.idle_connections(object()) == []  # moved: the store closes none itself
 
 
 def test_the_injected_call_id_parameter_is_found_even_outside_a_custom_schema() -> None:

@@ -356,7 +356,8 @@ SMALL_BATCH = [
     "--wait-timeout", "5", "--backoff-base", "0.02", "--backoff-cap", "0.3",
     "--llm-502", "0.05", "--arg-drift", "0.3", "--provider-502", "0.05",
     "--drop-after-commit", "0.08", "--latency", "0.05", "--latency-s", "0.05",
-    "--worker-kill", "0.08", "--duplicate-delivery", "0.08", "--no-progress",
+    "--worker-kill", "0.08", "--kill-before-refund", "0.08", "--duplicate-delivery", "0.08",
+    "--no-progress",
 ]  # fmt: skip
 
 
@@ -373,6 +374,7 @@ def small_batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _run(tmp_path_factory.mktemp("runs"), "--protection", "none,idempotent")
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_every_fault_kind_fired_in_every_mode(small_batch: dict[str, Any]) -> None:
     assert set(small_batch) == {"none", "idempotent"}
     for mode in small_batch:
@@ -384,16 +386,31 @@ def test_every_fault_kind_fired_in_every_mode(small_batch: dict[str, Any]) -> No
             "drop_after_commit",
             "latency",
             "worker_kill",
+            "kill_before_refund",
             "duplicate_delivery",
         }
         assert all(count > 0 for count in faults.values()), (mode, faults)
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
+def test_a_worker_killed_before_its_post_is_a_free_retry_not_a_reconciled_takeover(
+    small_batch: dict[str, Any],
+) -> None:
+    result = small_batch["idempotent"]
+    counters, faults = result["counters"], result["faults"]
+    assert counters["free_retries"] == faults["kill_before_refund"] > 0
+    # Only the workers killed after the provider committed are asked about, and found.
+    assert counters["reconciled_found"] == faults["worker_kill"]
+    assert counters["reconciled_not_found"] == 0
+
+
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_same_seeded_faults_hit_every_mode(small_batch: dict[str, Any]) -> None:
-    for kind in ("worker_kill", "duplicate_delivery"):
+    for kind in ("worker_kill", "kill_before_refund", "duplicate_delivery"):
         assert len({small_batch[m]["faults"][kind] for m in small_batch}) == 1, kind
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) -> None:
     result = small_batch["idempotent"]
     assert result["tickets_given_up"] == 0
@@ -413,6 +430,7 @@ def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) 
     assert result["provider"]["replayed"] > 0  # lost responses, deduplicated by the key
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[str, Any]) -> None:
     ledger = small_batch["none"]["ledger"]
     assert ledger["duplicate_refunds"] > 0
@@ -422,6 +440,7 @@ def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[
 
 
 @pytest.mark.redis
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_idempotent_on_redis_pays_every_refund_exactly_once(
     redis_server: Any, tmp_path: Path
 ) -> None:
@@ -436,6 +455,7 @@ def test_idempotent_on_redis_pays_every_refund_exactly_once(
     assert ledger["over_credited_cents"] == 0
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_idempotent_on_postgres_pays_every_refund_exactly_once_and_leaves_no_table(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -468,6 +488,7 @@ def test_a_memory_store_is_refused_for_a_batch_of_processes() -> None:
         BatchOptions(store="mysql://db/x")
 
 
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_default_run_needs_neither_redis_py_nor_psycopg() -> None:
     """The README's first command installs only the ``demo`` extra: a worker must not import
     the Redis or Postgres store unless ``--store`` asks for it."""

@@ -20,9 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from tests.support.graphs import thread
+
+#: Graphs in real worker processes: left out of the default run (pytest -m slow).
+pytestmark = pytest.mark.slow
 
 THREAD = "ticket-4711"
 LEASE = 1.0  # seconds; a crashed owner blocks its key this long

@@ -194,3 +194,18 @@ def test_transactional_mode_is_refused_on_a_store_without_transactions() -> None
 
     with pytest.raises(ValueError, match=r"transactional=True needs .*InMemoryIdempotencyStore"):
         idempotent(noop, InMemoryIdempotencyStore(), transactional=True)
+
+
+def test_only_a_store_that_opens_transactions_is_a_transactional_store(
+    pg_url: str, pg_table: str
+) -> None:
+    from langchain_idempotent._transactional import TransactionalStore, check_store
+    from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
+
+    store = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        assert check_store(store) is store and isinstance(store, TransactionalStore)
+    finally:
+        store.close()
+    with pytest.raises(ValueError, match="InMemoryIdempotencyStore cannot"):
+        check_store(InMemoryIdempotencyStore())

@@ -20,6 +20,7 @@ from langchain_idempotent.protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
+    decide_mark_effect,
     decide_release,
     decide_renew,
 )
@@ -223,10 +224,11 @@ def test_an_expired_lease_is_reported_under_raise_and_nothing_is_written() -> No
     assert new is None
 
 
-def test_only_acquired_takeover_and_owned_run_the_tool() -> None:
+def test_only_acquired_takeover_retry_and_owned_run_the_tool() -> None:
     assert {o for o in ClaimOutcome if o.runs} == {
         ClaimOutcome.ACQUIRED,
         ClaimOutcome.TAKEOVER,
+        ClaimOutcome.RETRY,
         ClaimOutcome.OWNED,
     }
 
@@ -581,3 +583,53 @@ def test_a_released_key_is_acquired_not_taken_over() -> None:
     )
     answer, _ = claim(written(free), "b")
     assert (answer.outcome, answer.reason) == (ClaimOutcome.ACQUIRED, None)
+
+
+# -- the side-effect mark ------------------------------------------------------------------
+
+
+def _marked(effect: str) -> Record:
+    _, rec = decide_claim(
+        None, key=KEY, owner="a", fingerprint=FP, now=T0, lease_ms=LEASE, boundary=True
+    )
+    assert rec is not None and rec.effect == "before"
+    if effect == "entered":
+        ok, rec = decide_mark_effect(rec, owner="a", fence=1, now=T0 + 1)
+        assert ok and rec is not None
+    return rec
+
+
+@pytest.mark.parametrize("policy", ["takeover", "raise"])
+def test_an_expired_attempt_still_before_its_effect_is_retried_cleanly(
+    policy: ExpiredPolicy,
+) -> None:
+    answer, new = claim(_marked("before"), "b", now=T0 + LEASE, on_expired=policy)
+    assert (answer.outcome, answer.fence, answer.attempt) == (ClaimOutcome.RETRY, 2, 2)
+    assert (answer.reason, answer.entered) == ("lease_expired", False)
+    assert new is not None and (new.owner, new.effect) == ("b", "unmarked")
+
+
+@pytest.mark.parametrize(
+    ("policy", "outcome"),
+    [("takeover", ClaimOutcome.TAKEOVER), ("raise", ClaimOutcome.EXPIRED)],
+)
+def test_an_expired_attempt_that_entered_its_effect_is_uncertain_and_says_so(
+    policy: ExpiredPolicy, outcome: ClaimOutcome
+) -> None:
+    answer, _ = claim(_marked("entered"), "b", now=T0 + LEASE, on_expired=policy)
+    assert (answer.outcome, answer.entered) == (outcome, True)
+
+
+def test_an_unmarked_attempt_is_uncertain_but_not_known_to_have_entered() -> None:
+    rec, _ = claim(None)[1], None
+    answer, _ = claim(rec, "b", now=T0 + LEASE)
+    assert (answer.outcome, answer.entered) == (ClaimOutcome.TAKEOVER, False)
+
+
+def test_only_the_running_owner_at_its_fence_marks_its_effect() -> None:
+    rec = _marked("before")
+    assert decide_mark_effect(rec, owner="b", fence=1, now=T0) == (False, None)
+    assert decide_mark_effect(rec, owner="a", fence=2, now=T0) == (False, None)
+    assert decide_mark_effect(None, owner="a", fence=1, now=T0) == (False, None)
+    ok, new = decide_mark_effect(rec, owner="a", fence=1, now=T0 + 5)
+    assert ok and new == replace(rec, effect="entered", updated_at=T0 + 5)

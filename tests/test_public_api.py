@@ -85,6 +85,14 @@ def test_every_error_is_public_and_every_public_error_derives_from_idempotency_e
         )
 
 
+def test_the_face_is_at_most_28_names_and_the_moved_ones_live_in_their_modules() -> None:
+    assert len(langchain_idempotent.__all__) <= 28
+    for name, module in langchain_idempotent._MOVED.items():
+        assert name not in langchain_idempotent.__all__ and name not in dir(langchain_idempotent)
+        home = importlib.import_module(f"langchain_idempotent.{module}")
+        assert getattr(langchain_idempotent, name) is getattr(home, name)  # still resolves
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     assert not hasattr(langchain_idempotent, "NoSuchThing")
     assert not hasattr(langchain_idempotent.stores, "NoSuchStore")
@@ -116,6 +124,16 @@ FOREIGN_MODULES = [
     "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
+    "langchain_idempotent.mcp",
+    # the MCP SDK (docs/mcp.md)
+    "mcp",
+    "mcp.types",
+    "mcp.server.fastmcp",
+    "langchain_idempotent.remote",
+    "langgraph.pregel.remote",
+    "langchain_idempotent.engine",
+    "langchain_idempotent.events",
+    "langchain_idempotent.settings",
 ]
 
 

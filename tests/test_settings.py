@@ -119,8 +119,18 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "scope": ("call", "call"),
     }
     assert set(env_fields()) == set(values)
-    code_only = {"terminal_exceptions", "allowed_types", "transactional", "approval"}
-    code_only |= {"interrupt_mode", "reconcile"}
+    code_only = {
+        "terminal_exceptions",
+        "allowed_types",
+        "transactional",
+        "approval",
+        "reconcile",
+        "effect",
+        "boundary",
+        "identical_calls",
+        "on_fork",
+        "interrupt_mode",
+    }
     assert set(option_names()) - set(env_fields()) == code_only
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}
     policy = Policy.from_env("APP_", environ=environ)
@@ -243,3 +253,12 @@ def test_the_settings_docs_name_every_policy_variable() -> None:
 
     doc = settings.__doc__ or ""
     assert [n for n in env_fields() if f"``IDEMPOTENCY_{n.upper()}``" not in doc] == []
+
+
+def test_the_settings_and_store_from_url_name_every_scheme_the_parser_accepts() -> None:
+    import langchain_idempotent.settings as settings_module
+    from langchain_idempotent.stores._url import SCHEMES
+
+    for doc in (settings_module.__doc__ or "", settings_module.store_from_url.__doc__ or ""):
+        for scheme in SCHEMES:
+            assert f"``{scheme}:" in doc, scheme

@@ -86,65 +86,49 @@ def test_setup_is_idempotent_and_records_the_schema_version(
     assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
 
 
-def test_setup_migrates_a_table_left_at_an_older_schema_version(
+def test_setup_applies_the_migrations_above_a_tables_stored_version_and_keeps_its_rows(
+    store: PostgresIdempotencyStore,
+    pg_url: str,
+    pg_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store.setup()
+    c = claim(store, "kept", "a")
+    complete(store, "kept", "a", c.fence, b"old row")
+    # A later release appends version 2 (here: one more index); the table stays at 1.
+    v2 = "CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated_at)"
+    monkeypatch.setattr(pg_sql, "_MIGRATIONS", (*pg_sql._MIGRATIONS, v2))
+    monkeypatch.setattr(pg_sql, "SCHEMA_VERSION", 2)
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup migrated it
+        version = "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s"
+        assert sql(pg_url, version, pg_table) == [(2,)]
+        assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = %s", f"{pg_table}_updated")
+    finally:
+        fresh.close()
+
+
+def test_setup_restores_the_functions_of_a_table_whose_schema_row_was_lost(
     store: PostgresIdempotencyStore, pg_url: str, pg_table: str
 ) -> None:
     store.setup()
     c = claim(store, "kept", "a")
     complete(store, "kept", "a", c.fence, b"old row")
-    # Back to version 1: the table without its functions.
     sql(pg_url, f"DROP FUNCTION {pg_table}_claim")
     sql(pg_url, f"DROP FUNCTION {pg_table}_complete")
-    sql(
-        pg_url, "UPDATE langchain_idempotent_schema SET version = 1 WHERE table_name = %s", pg_table
-    )
+    sql(pg_url, "DELETE FROM langchain_idempotent_schema WHERE table_name = %s", pg_table)
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
-        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup migrated it
+        assert claim(fresh, "kept", "b").payload == b"old row"
+        taken = claim(fresh, "new", "b")
+        assert taken.outcome is ClaimOutcome.ACQUIRED
         rows = sql(
             pg_url,
             "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
             pg_table,
         )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)]
-    finally:
-        fresh.close()
-
-
-def test_a_table_created_at_schema_version_2_migrates_and_then_reports_reasons(
-    pg_url: str, pg_table: str
-) -> None:
-    q = pg_sql._Queries(pg_table)
-    with psycopg.connect(pg_url, autocommit=True) as conn:  # what version 2's setup() left
-        conn.execute(q.schema_table)
-        for body in pg_sql._MIGRATIONS[:2]:
-            for stmt in body.format(t=pg_table, now=pg_sql._NOW, version=1).split("\n;;\n"):
-                conn.execute(stmt.strip())
-        conn.execute(q.write_version.format(v=2))
-        call = f"SELECT * FROM {pg_table}_claim(%s, 'a', 'fp', %s, 3600000, true, '{{}}', 0)"
-        old = conn.execute(call, ("expired", 1)).fetchone()
-        assert old is not None and len(old) == 6  # no reason column yet
-        conn.execute(call, ("cancelled", LONG_MS))
-    time.sleep(0.01)
-    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
-    try:
-        taken = claim(fresh, "expired", "b")  # auto_setup migrated the table first
-        assert (taken.outcome, taken.fence, taken.reason) == (
-            ClaimOutcome.TAKEOVER,
-            2,
-            "lease_expired",
-        )
-        assert fresh.abandon("cancelled", owner="a", fence=1)
-        taken = claim(fresh, "cancelled", "b", on_expired="raise")
-        assert (taken.outcome, taken.reason) == (ClaimOutcome.EXPIRED, "cancelled")
-        taken = claim(fresh, "cancelled", "b")
-        assert (taken.outcome, taken.fence, taken.reason) == (ClaimOutcome.TAKEOVER, 2, "cancelled")
-        rows = sql(
-            pg_url,
-            "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
-            pg_table,
-        )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(3,)]
+        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(1,)]
     finally:
         fresh.close()
 
@@ -159,9 +143,10 @@ def test_a_replay_is_answered_by_a_plain_read_without_the_claim_function(
         pg_url,
         f"CREATE OR REPLACE FUNCTION {pg_table}_claim(p_key text, p_owner text, "
         "p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint, p_takeover boolean, "
-        "p_meta jsonb, p_sweep integer, OUT outcome text, OUT o_fence bigint, "
-        "OUT o_attempt bigint, OUT retry_after_ms bigint, OUT failed boolean, "
-        "OUT payload bytea, OUT reason text) LANGUAGE plpgsql AS "
+        "p_meta jsonb, p_sweep integer, p_boundary boolean, OUT outcome text, "
+        "OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint, "
+        "OUT failed boolean, OUT payload bytea, OUT reason text, OUT entered boolean) "
+        "LANGUAGE plpgsql AS "
         "$$ BEGIN RAISE EXCEPTION 'the claim function was called'; END $$",
     )
     replay = claim(store, "done", "b")
@@ -338,13 +323,18 @@ def test_every_function_documents_its_parameters_and_what_it_returns() -> None:
         assert {a or b for a, b in documented} == set(params), name
         returns = header[header.index("-- Returns") :]
         assert all(re.search(rf"\b{out}\b", returns) for out in outs), (name, outs)
-    # The statements sent as plain SQL are each headed by a comment naming their result.
-    lines = inspect.getsource(pg_sql._Queries).splitlines()
-    statements = ("renew", "release", "abandon", "get", "now", "delete", "drop", "reserved")
-    for name in (*statements, "probe_tables", "table_facts"):
-        at = next(i for i, line in enumerate(lines) if line.strip().startswith(f"self.{name} ="))
+    # The statements sent as plain SQL are each a module-level template headed by a
+    # comment naming its result.
+    source = inspect.getsource(pg_sql)
+    section = source[source.index("# -- statements") : source.index("class _Queries")]
+    lines = section.splitlines()
+    names = [line.split(" = ")[0] for line in lines if re.match(r"_[A-Z_]+ = ", line)]
+    assert {"_CLAIM", "_COMPLETE", "_RENEW", "_RELEASE", "_ABANDON", "_GET"} <= set(names)
+    assert {"_DELETE", "_PURGE", "_LIST", "_DROP", "_RESERVED", "_PROBE_TABLES"} <= set(names)
+    for name in names:
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{name} = "))
         comment = []
-        while lines[at - 1].strip().startswith("#"):
+        while lines[at - 1].startswith("#"):
             at -= 1
             comment.append(lines[at])
         assert "Returns" in "".join(comment), name

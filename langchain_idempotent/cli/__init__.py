@@ -16,10 +16,18 @@ Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…
 ``postgres://…``, ``memory://``), parsed by the same
 :func:`~langchain_idempotent.stores._url.parse_store_url`; without it the URL comes from
 ``IDEMPOTENCY_STORE_URL``, ``IDEMPOTENCY_REDIS_URL``, ``REDIS_URL`` or
-``IDEMPOTENCY_SQLITE_PATH``, in that order (``IDEMPOTENCY_REDIS_PREFIX`` sets the key
-prefix, as for the library). Every command works through the store's own API, so
-Sentinel, Cluster, TLS and the key prefix apply as they do for the application.
+``IDEMPOTENCY_SQLITE_PATH``, in that order. What the application set in code is given
+the same way: ``--prefix`` (Redis ``prefix=``; default ``IDEMPOTENCY_REDIS_PREFIX``),
+``--table`` (PostgreSQL ``table=``, or ``?table=`` in the URL, percent-decoded); the
+policy's ``namespace=`` is ``--namespace`` of ``ls`` and ``purge``. Every command works
+through the store's own API, so Sentinel, Cluster, TLS and the key prefix apply as they
+do for the application.
 
+- **Read-only means read-only.** No command creates a file, a table or a key to look
+  at: on a missing SQLite file, PostgreSQL table or Redis key prefix (no record under it)
+  each command says so, names the option that would point it elsewhere, and exits 1.
+- ``show`` and ``resolve`` take a unique prefix of a key; hints are printed with the
+  ``--url`` / ``--prefix`` / ``--table`` the command was given.
 - Times are read on the store's clock (``store.now_ms()``: Redis ``TIME``, PostgreSQL
   ``clock_timestamp()``), like leases.
   A running record whose lease has passed without a result is shown as ``running
@@ -32,9 +40,10 @@ Sentinel, Cluster, TLS and the key prefix apply as they do for the application.
   one with ``--force``), with the record's own owner and fence, so it cannot overwrite a
   result that another caller stored meanwhile.
 
-Exit status: 0 done; 1 the store could not be reached, the record is missing or in a
-state the command does not apply to, or the operator declined; 2 bad arguments;
-3 ``doctor --strict`` found a risk.
+Exit status: 0 done; 1 the store could not be reached, holds nothing where it was pointed
+(no file, table or record under the key prefix), the record is missing or in a state the
+command does not apply to, or the operator declined; 2 bad arguments; 3 ``doctor
+--strict`` found a risk.
 
 The package: this module (``main``, the argument parser, confirmation and redaction),
 :mod:`.records` (``ls``, ``show``, ``purge``, ``delete``, ``resolve``), :mod:`.doctor` and
@@ -45,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -54,6 +64,7 @@ from .._durations import to_seconds
 
 if TYPE_CHECKING:
     from ..settings import IdempotencySettings
+    from ..stores.base import BaseIdempotencyStore
 
 __all__ = ["main"]
 
@@ -98,7 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..errors import CorruptRecordError, IdempotencyError
     from ..settings import IdempotencySettings
     from ..stores._url import parse_store_url
-    from ..stores.sqlite import SqliteIdempotencyStore
     from . import doctor, records
 
     commands: dict[str, Callable[..., int]] = {
@@ -114,7 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = IdempotencySettings()
         url = args.url or _url_from_env(settings)
         target = parse_store_url(url)
-        store = target.build(redis_prefix=settings.redis_prefix)
+        # Never auto_setup: no command creates a table (a mistyped one is reported below).
+        store = target.build(
+            redis_prefix=settings.redis_prefix if args.prefix is None else args.prefix,
+            postgres_table=args.table,
+            postgres_auto_setup=False,
+        )
     except ValidationError as exc:
         print(f"{PROG}: error: invalid IDEMPOTENCY_* environment: {exc}", file=err)
         return 2
@@ -128,15 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=err,
         )
     try:
-        if (
-            isinstance(store, SqliteIdempotencyStore)
-            and args.command != "doctor"
-            and not os.path.exists(store.path)
-        ):
-            raise _Refused(
-                f"no SQLite database at {store.path}; check --url (sqlite:///relative.db, "
-                "sqlite:////absolute/path.db)"
-            )
+        if args.command != "doctor" and target.kind in ("sqlite", "postgres"):
+            # Before anything reads: a read of a missing table or file would create it.
+            missing = nothing_there(store)
+            if missing is not None:
+                raise _Refused(missing)
         return commands[args.command](args, store=store, url=url, settings=settings, out=out)
     except _Refused as exc:
         print(f"{PROG}: {exc}", file=err)
@@ -149,6 +160,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         store.close()
+
+
+def nothing_there(store: BaseIdempotencyStore) -> str | None:
+    """Why the place ``store`` names holds no records, or ``None`` when it may: no SQLite
+    file, no PostgreSQL table, no record under the Redis key prefix. Creates nothing."""
+    from ..stores.sqlite import SqliteIdempotencyStore
+
+    if isinstance(store, SqliteIdempotencyStore):
+        if os.path.exists(store.path):
+            return None
+        return (
+            f"no SQLite database at {store.path}; check --url (sqlite:///relative.db, "
+            "sqlite:////absolute/path.db)"
+        )
+    if type(store).__name__ == "PostgresIdempotencyStore":
+        facts = store.describe()
+        if facts["has_table"]:
+            return None
+        others = ", ".join(facts.get("tables_set_up") or []) or "none"
+        return (
+            f"no table {facts['table']!r} in database {facts['database']!r}: nothing was "
+            "created. The table is table= in code; pass it as --table NAME or "
+            f"?table=NAME in the URL (tables set up in this database: {others})"
+        )
+    prefix = getattr(store, "prefix", None)  # RedisIdempotencyStore
+    if isinstance(prefix, str) and not store.list(limit=1):
+        return (
+            f"no records under the key prefix {prefix!r}: the prefix is prefix= in code; "
+            "pass it as --prefix PREFIX or set IDEMPOTENCY_REDIS_PREFIX"
+        )
+    return None
+
+
+def again(args: argparse.Namespace, *command: str) -> str:
+    """``langchain-idempotent COMMAND...`` with the store options this run was given, so a
+    hint can be pasted as it is (a password in ``--url`` shows as ``***``)."""
+    words = [PROG, *command]
+    if args.url:
+        words += ["--url", _redact(args.url)]
+    if args.prefix is not None:
+        words += ["--prefix", args.prefix]
+    if args.table is not None:
+        words += ["--table", args.table]
+    return shlex.join(words)
 
 
 def _url_from_env(settings: IdempotencySettings) -> str:
@@ -165,6 +220,15 @@ def _url_from_env(settings: IdempotencySettings) -> str:
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", help=URL_HELP)
+    common.add_argument(
+        "--prefix",
+        help="Redis key prefix, as prefix= in code (default: $IDEMPOTENCY_REDIS_PREFIX or idem:)",
+    )
+    common.add_argument(
+        "--table",
+        help="PostgreSQL table, as table= in code (or ?table= in the URL; default "
+        "idempotency_records)",
+    )
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect and repair the records of langchain-idempotent "

@@ -51,12 +51,13 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from . import _redact
+from . import PROG, _redact, nothing_there
 
 if TYPE_CHECKING:
     from ..stores.base import BaseIdempotencyStore
@@ -329,8 +330,9 @@ def _postgres_table(report: Report, described: Mapping[str, Any]) -> None:
         report.add(
             "note",
             "table",
-            f"no table {table!r} yet: the store's first operation creates it (or setup(), "
-            "when auto_setup is off); if records should be there, check the table name",
+            f"no table {table!r}: the application's first operation creates it (or "
+            "setup(), when auto_setup is off); if records should be there, the table is "
+            "table= in code: pass --table NAME or ?table=NAME",
         )
         return
     for name in ("schema_version", "records", "expired_records", "size_bytes"):
@@ -427,7 +429,8 @@ def _diagnose_sqlite(described: Mapping[str, Any]) -> Report:
 def run(
     args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
 ) -> int:
-    """``langchain-idempotent doctor``: print the report; 3 under ``--strict`` with a risk."""
+    """``langchain-idempotent doctor``: print the report; 3 under ``--strict`` with a risk,
+    else 1 when the place the URL names holds nothing (no file, table or key prefix)."""
     report = diagnose(store, pings=args.pings)
     if args.json:
         doc = {
@@ -441,7 +444,13 @@ def run(
         print(json.dumps(doc, indent=2), file=out)
     else:
         _print_report(report, url, out)
-    return 3 if args.strict and report.risks else 0
+    if args.strict and report.risks:
+        return 3
+    missing = nothing_there(store)
+    if missing is not None:  # doctor reads only: nothing was created to look at
+        print(f"{PROG}: {missing}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _print_report(report: Report, url: str, out: TextIO) -> None:

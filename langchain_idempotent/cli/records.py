@@ -17,7 +17,7 @@ from pydantic_core import to_jsonable_python
 from ..errors import CorruptRecordError, IdempotencyError
 from ..record import Record, State
 from ..serde import ResultSerializer
-from . import PROG, _confirm, _redact, _Refused
+from . import _confirm, _redact, _Refused, again, nothing_there
 
 if TYPE_CHECKING:
     from ..settings import IdempotencySettings
@@ -38,6 +38,8 @@ def ls(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **
     now = store.now_ms()
     if uncertain:  # the last attempt started and did not finish (lease over or abandoned)
         records = [rec for rec in records if rec.uncertain(now)][: args.limit]
+    if not records and (missing := nothing_there(store)) is not None:
+        raise _Refused(missing)
     if args.json:
         docs = [_summary(rec, now) for rec in records]
         print(json.dumps({"records": docs, "count": len(docs)}, indent=2), file=out)
@@ -131,7 +133,7 @@ def _iso(ms: int) -> str:
 
 
 def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **_: Any) -> int:
-    rec = _existing(store, args.key)
+    rec = _existing(store, args.key, prefix_ok=True)
     now = store.now_ms()
     doc = _summary(rec, now)
     decoded, problem = _decode(rec)
@@ -172,7 +174,8 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
         print(
             "\nThe lease passed without a result: the tool may or may not have done its "
             "effect. Check downstream (the key was passed as the idempotency key), then "
-            f"run `{PROG} resolve {rec.key} --result JSON` (or --free to run it again).",
+            f"run `{again(args, 'resolve', rec.key, '--result', 'JSON')}` (or --free to "
+            "run it again).",
             file=out,
         )
     if problem is not None:
@@ -186,11 +189,23 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
     return 0
 
 
-def _existing(store: BaseIdempotencyStore, key: str) -> Record:
+def _existing(store: BaseIdempotencyStore, key: str, *, prefix_ok: bool = False) -> Record:
+    """The record under ``key``; with ``prefix_ok``, also the one record whose key starts
+    with ``key`` (as ``git`` takes a unique commit prefix)."""
     rec = store.get(key)
-    if rec is None:
-        raise _Refused(f"no record under key {key!r} (expired, purged, or never written)")
-    return rec
+    if rec is not None:
+        return rec
+    if prefix_ok and key:
+        found = [r for r in store.list() if r.key.startswith(key)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            shown = ", ".join(r.key for r in found[:5]) + (", …" if len(found) > 5 else "")
+            raise _Refused(f"{len(found)} records have keys starting {key!r}: {shown}")
+    missing = nothing_there(store)
+    if missing is not None:
+        raise _Refused(missing)
+    raise _Refused(f"no record under key {key!r} (expired, purged, or never written)")
 
 
 def _decode(rec: Record) -> tuple[Any, str | None]:
@@ -240,6 +255,8 @@ def purge(
         f" in namespace {args.namespace!r}" if args.namespace else " (every namespace)"
     )
     if not records:
+        if (missing := nothing_there(store)) is not None:
+            raise _Refused(missing)
         print(f"no records for {where}", file=out)
         return 0
     now = store.now_ms()
@@ -303,11 +320,11 @@ def resolve(
     **_: Any,
 ) -> int:
     payload = None if args.free else _payload(args)
-    rec = _existing(store, args.key)
+    rec = _existing(store, args.key, prefix_ok=True)
     if rec.done:
         raise _Refused(
             f"record {rec.key} is already {rec.state.value}: nothing to resolve (its result "
-            f"replays to every call; `{PROG} show {rec.key}` shows it)"
+            f"replays to every call; `{again(args, 'show', rec.key)}` shows it)"
         )
     now = store.now_ms()
     if rec.lease_live(now) and not args.force:
@@ -328,7 +345,7 @@ def resolve(
         if not store.release(rec.key, owner=rec.owner, fence=rec.fence):
             raise _Refused(
                 f"record {rec.key} changed since it was read (another caller claimed or "
-                f"completed it); nothing was done. `{PROG} show {rec.key}` shows it now"
+                f"completed it); nothing was done. `{again(args, 'show', rec.key)}` shows it now"
             )
         print(f"freed {rec.key}: the next call runs the tool (fence {rec.fence + 1})", file=out)
         return 0
@@ -347,8 +364,8 @@ def resolve(
     )
     if not completion.stored:
         raise _Refused(
-            f"another result was stored for {rec.key} meanwhile; it stands (`{PROG} show "
-            f"{rec.key}`)"
+            f"another result was stored for {rec.key} meanwhile; it stands "
+            f"(`{again(args, 'show', rec.key)}`)"
         )
     print(f"stored the result for {rec.key}: later calls replay it", file=out)
     return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from .base import BaseIdempotencyStore
@@ -64,9 +64,13 @@ class StoreURL:
         redis_prefix: str = "idem:",
         redis_replicas: int = 0,
         redis_replica_timeout: float | timedelta = 0.1,
+        postgres_table: str | None = None,
+        postgres_auto_setup: bool = True,
     ) -> BaseIdempotencyStore:
         """The store (it connects on first use, not here). The ``redis_*`` options apply to
-        Redis only (``prefix``, ``replicas``, ``replica_timeout`` of ``from_url``)."""
+        Redis only (``prefix``, ``replicas``, ``replica_timeout`` of ``from_url``), the
+        ``postgres_*`` ones to PostgreSQL only (``table``, which wins over the URL's
+        ``?table=``, and ``auto_setup``)."""
         if self.kind == "redis":
             from .redis import RedisIdempotencyStore
 
@@ -83,7 +87,10 @@ class StoreURL:
         if self.kind == "postgres":
             from .postgres import PostgresIdempotencyStore
 
-            return PostgresIdempotencyStore.from_url(self.url)
+            options: dict[str, Any] = {"auto_setup": postgres_auto_setup}
+            if postgres_table is not None:
+                options["table"] = postgres_table
+            return PostgresIdempotencyStore.from_url(self.url, **options)
         from .memory import InMemoryIdempotencyStore
 
         return InMemoryIdempotencyStore()

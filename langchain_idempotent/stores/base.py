@@ -1,4 +1,4 @@
-"""The store protocol: six record operations, a watch, the store's clock, and operator
+"""The store protocol: seven record operations, a watch, the store's clock, and operator
 helpers.
 
 Every operation has an ``a``-prefixed async twin. The default async twins run the sync
@@ -42,8 +42,10 @@ class BaseIdempotencyStore(ABC):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        """Replay, acquire, take over, or report busy / mismatch / expired — atomically."""
+        """Replay, acquire, take over (or retry), or report busy / mismatch / expired —
+        atomically. ``boundary``: the tool marks its side effect (:meth:`mark_effect`)."""
 
     @abstractmethod
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
@@ -75,6 +77,15 @@ class BaseIdempotencyStore(ABC):
         """Give the key up with its outcome unknown (the owner was cancelled mid-tool); only
         for the current owner and fence. The record stays ``RUNNING`` with its lease ended,
         so the next claim is a TAKEOVER told ``reason``. Wakes waiters like a release."""
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        """Record, before the tool's side effect starts, that its attempt entered the
+        side-effect block; only for the current owner and fence (``False``: the lease is
+        lost, the effect must not start). One atomic write."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no mark_effect(): it cannot record a side-effect "
+            "boundary, so side_effect() / boundary=True cannot be used with it"
+        )
 
     @abstractmethod
     def get(self, key: str) -> Record | None:
@@ -153,6 +164,7 @@ class BaseIdempotencyStore(ABC):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         return await asyncio.to_thread(
             self.claim,
@@ -163,6 +175,7 @@ class BaseIdempotencyStore(ABC):
             ttl_ms=ttl_ms,
             on_expired=on_expired,
             meta=meta,
+            **({"boundary": True} if boundary else {}),
         )
 
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
@@ -199,6 +212,9 @@ class BaseIdempotencyStore(ABC):
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
         return await asyncio.to_thread(self.abandon, key, owner=owner, fence=fence, reason=reason)
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return await asyncio.to_thread(self.mark_effect, key, owner=owner, fence=fence)
 
     async def aget(self, key: str) -> Record | None:
         return await asyncio.to_thread(self.get, key)

@@ -18,6 +18,7 @@ from ..protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
+    decide_mark_effect,
     decide_release,
     decide_renew,
 )
@@ -71,6 +72,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         with self._lock:
             now = self.now_ms()
@@ -83,6 +85,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
                 lease_ms=lease_ms,
                 on_expired=on_expired,
                 meta=meta,
+                boundary=boundary,
             )
             if new is not None:
                 self._records[key] = (new, now + max(ttl_ms, lease_ms))
@@ -155,6 +158,15 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             self._wakeup.notify(key)
         return ok
 
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        with self._lock:
+            now = self.now_ms()
+            entry = self._records.get(key)
+            ok, new = decide_mark_effect(self._read(key, now), owner=owner, fence=fence, now=now)
+            if new is not None and entry is not None:
+                self._records[key] = (new, entry[1])
+            return ok
+
     def get(self, key: str) -> Record | None:
         with self._lock:
             return self._read(key, self.now_ms())
@@ -222,6 +234,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         return self.claim(
             key,
@@ -231,6 +244,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
             ttl_ms=ttl_ms,
             on_expired=on_expired,
             meta=meta,
+            boundary=boundary,
         )
 
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
@@ -266,6 +280,9 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
         return self.abandon(key, owner=owner, fence=fence, reason=reason)
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return self.mark_effect(key, owner=owner, fence=fence)
 
     async def aget(self, key: str) -> Record | None:
         return self.get(key)

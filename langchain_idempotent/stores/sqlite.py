@@ -23,7 +23,9 @@ Spec:
   operator can still ``delete`` it.
 - **Schema.** Created with ``CREATE ... IF NOT EXISTS`` on first connect. Its version is
   kept per table in ``langchain_idempotent_schema``; a table written by a newer schema is
-  refused with :class:`~langchain_idempotent.errors.StoreUnavailableError`.
+  refused with :class:`~langchain_idempotent.errors.StoreUnavailableError`. Version 2 adds
+  the ``effect`` column (the side-effect mark); a version-1 table is migrated in place
+  (``ALTER TABLE ... ADD COLUMN``, its rows ``unmarked``).
 - **Durability.** WAL journal with ``synchronous=NORMAL`` by default: a committed record
   survives the crash of any process, but the last transactions before a power loss or OS
   crash can roll back (the WAL is fsynced at checkpoints, not at every commit); the file
@@ -70,6 +72,7 @@ from ..protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
+    decide_mark_effect,
     decide_release,
     decide_renew,
 )
@@ -91,7 +94,7 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 #: Version of the table layout below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 #: The record's columns: the fields of ``Record``, in order.
@@ -106,7 +109,9 @@ _TYPES = {
     "attempt": int,
     "created_at": int,
     "updated_at": int,
+    "effect": str,
 }
+_EFFECTS = ("unmarked", "before", "entered")
 _SWEEP_EVERY = 64
 _SWEEP_LIMIT = 256
 _MAX_IDLE = 8
@@ -249,6 +254,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[Claim]:
             answer, new = decide_claim(
@@ -260,6 +266,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                 lease_ms=lease_ms,
                 on_expired=on_expired,
                 meta=meta,
+                boundary=boundary,
             )
             return answer, new, now + max(ttl_ms, lease_ms)
 
@@ -323,6 +330,13 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         if ok:
             self._wakeup.notify(key)
         return ok
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
+            ok, new = decide_mark_effect(rec, owner=owner, fence=fence, now=now)
+            return ok, new, expires or now
+
+        return self._transact(key, decide)
 
     def get(self, key: str) -> Record | None:
         with self._connection(key) as db:
@@ -524,7 +538,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         meta = dict(rec.meta)
         db.execute(
             f"INSERT OR REPLACE INTO {self._table} ({_COLUMNS}, namespace, thread_id, "
-            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 rec.key,
                 rec.state.value,
@@ -538,6 +552,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                 rec.updated_at,
                 rec.version,
                 json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":")),
+                rec.effect,
                 meta.get("namespace"),
                 meta.get("thread_id"),
                 expires,
@@ -668,6 +683,10 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                 "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
             )
             row = db.execute(f"SELECT version FROM {_SCHEMA_TABLE} WHERE name = ?", (t,)).fetchone()
+            if row is not None and row[0] == 1:  # version 2 adds the side-effect mark
+                db.execute(f"ALTER TABLE {t} ADD COLUMN effect TEXT NOT NULL DEFAULT 'unmarked'")
+                db.execute(f"UPDATE {_SCHEMA_TABLE} SET version = ? WHERE name = ?", (2, t))
+                row = (2,)
             if row is not None and row[0] != SCHEMA_VERSION:
                 raise StoreUnavailableError(
                     f"table {t} in {self._path} has schema version {row[0]!r}; this "
@@ -681,7 +700,8 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                 "fence INTEGER NOT NULL, lease_until INTEGER NOT NULL, "
                 "fingerprint TEXT NOT NULL, attempt INTEGER NOT NULL, payload BLOB, "
                 "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
-                "version INTEGER NOT NULL, meta TEXT NOT NULL, namespace TEXT, thread_id TEXT, "
+                "version INTEGER NOT NULL, meta TEXT NOT NULL, "
+                "effect TEXT NOT NULL DEFAULT 'unmarked', namespace TEXT, thread_id TEXT, "
                 "expires_at INTEGER NOT NULL)"
             )
             db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_thread ON {t} (thread_id, namespace)")
@@ -719,6 +739,8 @@ def _decode(key: str, row: Any, table: str) -> Record:
             raise ValueError(f"unknown format version {col['version']!r}")
         if col["state"] not in _STATES:
             raise ValueError(f"unknown state {col['state']!r}")
+        if col["effect"] not in _EFFECTS:
+            raise ValueError(f"unknown effect mark {col['effect']!r}")
         wrong = [name for name, kind in _TYPES.items() if type(col[name]) is not kind]
         if col["payload"] is not None and type(col["payload"]) is not bytes:
             wrong.append("payload")

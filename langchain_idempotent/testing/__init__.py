@@ -11,6 +11,8 @@ inline, as sync code) and once against their async twins. The guarantees, by mod
   owner cannot renew or release;
 - ``_abandon``: a cancelled owner's abandon leaves the key for an immediate takeover told
   the reason (``cancelled``), never a clean first run; only the owner at its fence may;
+- ``_effect``: the side-effect mark (``boundary`` claims, ``mark_effect`` for the owner at
+  its fence), and an attempt that never entered its block retried cleanly (RETRY);
 - ``_complete``: write-once, stale completions, retention (TTL);
 - ``_watch``: how soon a watch returns;
 - ``_operator``: get, list, delete, purge, close;
@@ -61,6 +63,7 @@ from ._claim import ClaimContract
 from ._clock import FakeClock
 from ._complete import CompleteContract
 from ._concurrency import ConcurrencyContract
+from ._effect import EffectContract
 from ._lease import LeaseContract
 from ._model import ModelContract
 from ._operator import OperatorContract
@@ -72,6 +75,7 @@ __all__ = ["FakeClock", "StoreContractTests"]
 class StoreContractTests(
     ClaimContract,
     AbandonContract,
+    EffectContract,
     LeaseContract,
     CompleteContract,
     WatchContract,

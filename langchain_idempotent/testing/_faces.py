@@ -104,6 +104,7 @@ class Face:
         ttl_ms: int = TTL_MS,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
         s = self.store
         return await self._call(
@@ -116,6 +117,7 @@ class Face:
             ttl_ms=ttl_ms,
             on_expired=on_expired,
             meta=meta,
+            boundary=boundary,
         )
 
     async def renew(self, key: str, *, owner: str, fence: int, lease_ms: int = LONG_MS) -> bool:
@@ -157,6 +159,10 @@ class Face:
     ) -> bool:
         s = self.store
         return await self._call(s.abandon, s.aabandon, key, owner=owner, fence=fence, reason=reason)
+
+    async def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        s = self.store
+        return await self._call(s.mark_effect, s.amark_effect, key, owner=owner, fence=fence)
 
     async def get(self, key: str) -> Record | None:
         return await self._call(self.store.get, self.store.aget, key)

@@ -17,6 +17,7 @@ from ..protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
+    decide_mark_effect,
     decide_release,
     decide_renew,
 )
@@ -57,7 +58,7 @@ class ModelContract(ContractBase):
 
 # -- operations ---------------------------------------------------------------------------
 
-_Kind = Literal["claim", "renew", "complete", "release", "abandon"]
+_Kind = Literal["claim", "renew", "complete", "release", "abandon", "mark_effect"]
 _PAYLOADS = (b"", b"r1", b"\x00\xff", b"result-3")
 
 
@@ -74,6 +75,8 @@ class _Op:
     failed: bool
     #: On the async face: through the async twin (else through the sync operation).
     via_async: bool
+    #: For a claim: the tool marks its side effect.
+    boundary: bool
 
 
 _KINDS: tuple[_Kind, ...] = ("claim",) * 3 + (
@@ -82,9 +85,10 @@ _KINDS: tuple[_Kind, ...] = ("claim",) * 3 + (
     "release",
     "complete",
     "abandon",
+    "mark_effect",
 )
 _FENCES = (None, None, None, 0, 1, 2, 3)
-_RADIX = (len(_KINDS), 2, 3, len(_FENCES), len(_PAYLOADS), 2, 2, 2, 8)
+_RADIX = (len(_KINDS), 2, 3, len(_FENCES), len(_PAYLOADS), 2, 2, 2, 8, 2)
 
 
 def _decode(n: int) -> _Op:
@@ -94,7 +98,7 @@ def _decode(n: int) -> _Op:
     for radix in _RADIX:
         n, digit = divmod(n, radix)
         digits.append(digit)
-    kind, key, owner, fence, payload, failed, raise_, via_async, other = digits
+    kind, key, owner, fence, payload, failed, raise_, via_async, other, boundary = digits
     return _Op(
         kind=_KINDS[kind],
         key=key,
@@ -105,6 +109,7 @@ def _decode(n: int) -> _Op:
         payload=payload,
         failed=bool(failed),
         via_async=bool(via_async),
+        boundary=bool(boundary),
     )
 
 
@@ -136,7 +141,10 @@ class _Model:
                 lease_ms=LONG_MS,
                 on_expired="raise" if op.raise_on_expired else "takeover",
                 meta=meta,
+                boundary=op.boundary,
             )
+        elif op.kind == "mark_effect":
+            answer, new = decide_mark_effect(rec, owner=owner, fence=fence, now=self.now)
         elif op.kind == "renew":
             answer, new = decide_renew(
                 rec, owner=owner, fence=fence, now=self.now, lease_ms=LONG_MS
@@ -197,12 +205,22 @@ class _Harness:
         where = f"step {step} on the {self.face.name} face: {op} (fence {fence})"
         if isinstance(want, Claim):
             assert isinstance(got, Claim), where
-            assert (got.outcome, got.fence, got.attempt, got.failed, got.payload) == (
+            assert (
+                got.outcome,
+                got.fence,
+                got.attempt,
+                got.failed,
+                got.payload,
+                got.reason,
+                got.entered,
+            ) == (
                 want.outcome,
                 want.fence,
                 want.attempt,
                 want.failed,
                 want.payload,
+                want.reason,
+                want.entered,
             ), f"{where}: store {got}, model {want}"
             if want.outcome is ClaimOutcome.BUSY:
                 assert 0 < got.retry_after_ms <= LONG_MS, where
@@ -223,7 +241,16 @@ class _Harness:
         if op.kind == "claim":
             fingerprint = OTHER_FP if op.other_fingerprint else FP
             policy: ExpiredPolicy = "raise" if op.raise_on_expired else "takeover"
-            return face.claim(key, owner, fingerprint=fingerprint, on_expired=policy, meta=meta)
+            return face.claim(
+                key,
+                owner,
+                fingerprint=fingerprint,
+                on_expired=policy,
+                meta=meta,
+                boundary=op.boundary,
+            )
+        if op.kind == "mark_effect":
+            return face.mark_effect(key, owner=owner, fence=fence)
         if op.kind == "renew":
             return face.renew(key, owner=owner, fence=fence, lease_ms=LONG_MS)
         if op.kind == "release":
@@ -249,6 +276,7 @@ class _Harness:
             got.payload,
             got.version,
             dict(got.meta),
+            got.effect,
             got.lease_until > 0,
         ) == (
             want.key,
@@ -260,6 +288,7 @@ class _Harness:
             want.payload,
             want.version,
             dict(want.meta),
+            want.effect,
             want.lease_until > 0,
         ), f"{where}: store {got}, model {want}"
         assert got.created_at <= got.updated_at, where

@@ -1,9 +1,9 @@
 """Pieces for the multi-agent tests: a refund ledger, a chat model that answers from a
 function of the conversation (and may fail once, as a gateway does), and tools.
 
-:class:`ReplyModel` is a real ``BaseChatModel``: ``create_agent``, ``create_react_agent``,
-``langgraph-supervisor``, ``langgraph-swarm`` and ``deepagents`` drive it exactly as they
-would a provider's model; ``bind_tools`` returns it unchanged.
+:class:`ReplyModel` is the tests' scripted ``BaseChatModel``: ``create_agent``,
+``create_react_agent``, ``langgraph-supervisor``, ``langgraph-swarm`` and ``deepagents``
+drive it exactly as they would a provider's model; ``bind_tools`` returns it unchanged.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import PrivateAttr
+
+from tests.support.graphs import Effects, ScriptedChatModel
 
 Reply = Callable[[Sequence[BaseMessage]], AIMessage]
 
@@ -28,28 +29,19 @@ class GatewayError(ConnectionError):
     """The model gateway dropped the connection (injected)."""
 
 
-class ReplyModel(BaseChatModel):
-    """Answers with ``reply(messages)``; while ``failures`` are left, a call for which
-    ``fail_when(messages)`` is true raises :class:`GatewayError` instead."""
+class ReplyModel(ScriptedChatModel):
+    """The scripted model answering every call with ``reply(messages)``; while
+    ``failures`` are left, a call for which ``fail_when(messages)`` is true raises
+    :class:`GatewayError` instead (before the reply is drawn, so the script goes on)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    reply: Any
+    reply: Any = None
     fail_when: Any = None
     failures: int = 1
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _calls: int = PrivateAttr(default=0)
+    _fail_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
-    @property
-    def _llm_type(self) -> str:
-        return "reply-model"
-
-    @property
-    def calls(self) -> int:
-        return self._calls
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ReplyModel:
-        return self
+    def model_post_init(self, context: Any) -> None:
+        self.then = self.reply
+        super().model_post_init(context)
 
     def _generate(
         self,
@@ -58,13 +50,11 @@ class ReplyModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        with self._lock:
-            self._calls += 1
+        with self._fail_lock:
             if self.failures and self.fail_when is not None and self.fail_when(messages):
                 self.failures -= 1
                 raise GatewayError("502 from the model gateway")
-        message = self.reply(messages)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def tool_call(name: str, **args: Any) -> AIMessage:
@@ -83,28 +73,15 @@ def first_human(messages: Sequence[BaseMessage]) -> str:
     return next(str(m.content) for m in messages if m.type == "human")
 
 
-class Ledger:
-    """Refunds (and other effects) as a payment provider would book them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.rows: list[tuple[str, dict[str, Any]]] = []
-
-    def book(self, what: str, **args: Any) -> int:
-        with self._lock:
-            self.rows.append((what, args))
-            return len(self.rows)
-
-    def count(self, what: str | None = None) -> int:
-        with self._lock:
-            return sum(1 for w, _ in self.rows if what is None or w == what)
+#: The provider's books: every effect a tool performed, counted by name.
+Ledger = Effects
 
 
 def refund_tool(ledger: Ledger) -> BaseTool:
     @tool
     def issue_refund(invoice_id: str, amount: float) -> str:
         """Refund ``amount`` on ``invoice_id``."""
-        n = ledger.book("refund", invoice_id=invoice_id, amount=amount)
+        n = ledger.record("refund", invoice_id=invoice_id, amount=amount)
         return f"refund #{n}: {amount} on {invoice_id}"
 
     return issue_refund
@@ -114,7 +91,7 @@ def email_tool(ledger: Ledger) -> BaseTool:
     @tool
     def send_email(customer_id: str, subject: str) -> str:
         """E-mail a customer."""
-        ledger.book("email", customer_id=customer_id, subject=subject)
+        ledger.record("email", customer_id=customer_id, subject=subject)
         return f"e-mailed {customer_id}"
 
     return send_email

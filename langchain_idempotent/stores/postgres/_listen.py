@@ -30,7 +30,7 @@ _FIRST_POLL = 0.002
 
 #: Where the listener's connection comes from: ``(conninfo, extra connect() kwargs)``.
 ConnInfo = Callable[[], tuple[str, dict[str, Any]]]
-#: One read of the record and the server's clock (``_store._probe_sync``).
+#: One read of the record and the server's clock (``_store._probe_op``, run by either driver).
 Probe = Callable[[], tuple[Record | None, int]]
 AsyncProbe = Callable[[], Awaitable[tuple[Record | None, int]]]
 

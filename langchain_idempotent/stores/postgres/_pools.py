@@ -15,8 +15,11 @@
   loop's operations run on the sync pool in a worker thread (:meth:`_Pools.async_`
   answers ``None``), so no pool with background tasks is opened in a loop that is
   closing.
-- **Errors.** :func:`run_sync` / :func:`run_async` run one operation's callback on a
-  cursor of a pooled connection. Every psycopg / pool error becomes
+- **Operations.** Each store operation is described once, as an :class:`Op`: a generator
+  of the statements it sends, that is sent what each fetched and returns the answer.
+  :func:`run_sync` / :func:`run_async` are its two drivers, the only code that awaits.
+- **Errors.** :func:`run_sync` / :func:`run_async` run one operation on a cursor of a
+  pooled connection. Every psycopg / pool error becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` with the key, chained with
   ``raise ... from``, there and only there. An operation that failed because its
   *connection* broke (a terminated backend, a restarted server) runs once more on another
@@ -26,21 +29,24 @@
   reused across operations: a fresh cursor would set up its adapters, dumpers and
   loaders again on every operation (about 15 µs of a 65 µs replay, measured). A cursor is
   used only while its connection is checked out, so by one thread or task at a time.
-- **One pool for both.** With only a sync pool, :func:`sync_twin` drives an async
-  operation's callback on a sync cursor (in a worker thread, see ``_store._async``).
+- **One pool for both.** With only a sync pool, an async operation runs the same
+  :class:`Op` through :func:`run_sync` in a worker thread (see ``_store._arun``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Generic, Literal, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
@@ -94,8 +100,43 @@ class _Pools:
         self._own_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPool] = (
             weakref.WeakKeyDictionary()
         )
+        #: Whether a direct connection (:meth:`_check`) once succeeded.
+        self._reached = False
         #: Loops whose tasks were cancelled (``asyncio.run`` ending them): no new pool.
         self._ending: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+    def _check(self, key: str | None) -> None:
+        """Connect once, directly, before the first owned pool opens: a wrong host,
+        database, user or password is then named in the error at once, where a pool would
+        only log it and time out after ``timeout`` seconds."""
+        try:
+            psycopg.connect(self.conninfo or "", **self._connect_kwargs()).close()
+        except psycopg.OperationalError as exc:
+            raise self._unreachable(key, exc) from exc
+        self._reached = True
+
+    async def _acheck(self, key: str | None) -> None:
+        """The async twin of :meth:`_check`."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.conninfo or "", **self._connect_kwargs()
+            )
+        except psycopg.OperationalError as exc:
+            raise self._unreachable(key, exc) from exc
+        await conn.close()
+        self._reached = True
+
+    def _unreachable(self, key: str | None, exc: Exception) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"PostgreSQL: cannot connect to {_redact(self.conninfo)}: {exc}", key=key
+        )
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """``connect_timeout`` as the pool's ``timeout``, unless the URL sets its own."""
+        if "connect_timeout" in conninfo_to_dict(self.conninfo or ""):
+            return {"autocommit": True}
+        timeout = float(self.options.get("timeout", 5.0))
+        return {"autocommit": True, "connect_timeout": max(2, math.ceil(timeout))}
 
     def forget(self) -> None:
         """In a forked child: drop the parent's owned pools without closing them."""
@@ -114,6 +155,8 @@ class _Pools:
             )
         with self._lock:
             if self._own is None:
+                if not self._reached:
+                    self._check(key)
                 self._own = ConnectionPool(
                     self.conninfo,
                     kwargs={"autocommit": True},
@@ -141,6 +184,8 @@ class _Pools:
             return own.pool
         if loop in self._ending:
             return None
+        if not self._reached:
+            await self._acheck(key)
         apool = AsyncConnectionPool(
             self.conninfo,
             kwargs={"autocommit": True},
@@ -173,9 +218,11 @@ class _Pools:
                 del self._own_async[loop]
             # The workers cancelled along with this task make close() raise
             # CancelledError from its wait for them, before it closes the idle
-            # connections: those are taken first (psycopg_pool's idle deque) and closed
+            # connections: those are taken first (psycopg_pool's idle deque, via _compat) and closed
             # here, else each ended loop would leave one open on the server.
-            idle = list(getattr(own.pool, "_pool", ()))
+            from ..._compat import idle_connections  # late: it imports LangChain
+
+            idle = idle_connections(own.pool)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await own.pool.close()
             for conn in idle:
@@ -224,16 +271,93 @@ class _LoopPool:
         self.watcher: asyncio.Task[None] | None = None
 
 
-def run_sync(
-    pool: ConnectionPool[Any], key: str | None, run: Callable[[psycopg.Cursor[Any]], _T]
-) -> _T:
-    """Run one operation on a pooled connection: the sync error boundary."""
+@dataclass(frozen=True)
+class Stmt:
+    """One statement of an operation: its text, its parameters, and what to fetch after it
+    (``"one"``: a row or ``None``; ``"all"``: the rows; ``"none"``: nothing)."""
+
+    query: str
+    params: Any = None
+    fetch: Literal["one", "all", "none"] = "one"
+
+
+#: Yielded by an operation's steps instead of a :class:`Stmt`: it is sent the connection's
+#: ``info`` (host, port, database, user), for ``describe``.
+CONN_INFO: Final = object()
+
+
+@dataclass(frozen=True)
+class Op(Generic[_T]):
+    """One store operation, written once for both drivers.
+
+    ``steps()`` makes a generator that yields the :class:`Stmt` to send (or
+    :data:`CONN_INFO`), is sent what each fetched, and returns the operation's answer; no
+    I/O of its own, so :func:`run_sync` and :func:`run_async` cannot disagree. A fresh
+    generator is made for a retry on another connection. ``atomic`` runs every statement in
+    one transaction (setup, drop).
+    """
+
+    steps: Callable[[], Generator[Any, Any, _T]]
+    atomic: bool = False
+
+
+def single(stmt: Stmt, decode: Callable[[Any], _T]) -> Op[_T]:
+    """An operation of one statement, whose fetched result ``decode`` turns into the answer."""
+
+    def steps() -> Generator[Any, Any, _T]:
+        return decode((yield stmt))
+
+    return Op(steps)
+
+
+def _drive(cur: psycopg.Cursor[Any], op: Op[_T]) -> _T:
+    steps = op.steps()
+    sent: Any = None
+    try:
+        while True:
+            step = steps.send(sent)
+            if step is CONN_INFO:
+                sent = cur.connection.info
+                continue
+            cur.execute(step.query, step.params)
+            fetch = step.fetch
+            sent = cur.fetchone() if fetch == "one" else cur.fetchall() if fetch == "all" else None
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _adrive(cur: psycopg.AsyncCursor[Any], op: Op[_T]) -> _T:
+    steps = op.steps()
+    sent: Any = None
+    try:
+        while True:
+            step = steps.send(sent)
+            if step is CONN_INFO:
+                sent = cur.connection.info
+                continue
+            await cur.execute(step.query, step.params)
+            fetch = step.fetch
+            if fetch == "one":
+                sent = await cur.fetchone()
+            else:
+                sent = await cur.fetchall() if fetch == "all" else None
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def run_sync(pool: ConnectionPool[Any], key: str | None, op: Op[_T]) -> _T:
+    """Run one operation on a pooled connection: the sync driver and error boundary."""
     for attempt in (1, 2):
         broken = False
         try:
             with pool.connection() as conn:
                 try:
-                    result = run(_cursor(conn))
+                    cur = _cursor(conn)
+                    if op.atomic:
+                        with conn.transaction():
+                            result = _drive(cur, op)
+                    else:
+                        result = _drive(cur, op)
                     if not conn.autocommit:
                         conn.commit()
                     return result
@@ -251,18 +375,19 @@ def run_sync(
     raise AssertionError("unreachable")
 
 
-async def run_async(
-    pool: AsyncConnectionPool[Any],
-    key: str | None,
-    run: Callable[[psycopg.AsyncCursor[Any]], Awaitable[_T]],
-) -> _T:
+async def run_async(pool: AsyncConnectionPool[Any], key: str | None, op: Op[_T]) -> _T:
     """The async twin of :func:`run_sync`."""
     for attempt in (1, 2):
         broken = False
         try:
             async with pool.connection() as conn:
                 try:
-                    result = await run(_cursor(conn))
+                    cur = _cursor(conn)
+                    if op.atomic:
+                        async with conn.transaction():
+                            result = await _adrive(cur, op)
+                    else:
+                        result = await _adrive(cur, op)
                     if not conn.autocommit:
                         await conn.commit()
                     return result
@@ -280,48 +405,11 @@ async def run_async(
     raise AssertionError("unreachable")
 
 
-def sync_twin(
-    run: Callable[[psycopg.AsyncCursor[Any]], Awaitable[_T]],
-) -> Callable[[psycopg.Cursor[Any]], _T]:
-    """An async operation's callback, driven on a sync cursor (only a sync pool given).
-
-    The callbacks only await the cursor, which completes at once here, so one
-    ``send(None)`` runs each to its end.
-    """
-
-    def sync_run(cur: psycopg.Cursor[Any]) -> _T:
-        coro = run(_SyncCursor(cur))  # type: ignore[arg-type]
-        try:
-            coro.send(None)  # type: ignore[attr-defined]
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        raise RuntimeError("an async store callback awaited something besides its cursor")
-
-    return sync_run
-
-
-class _SyncCursor:
-    """A sync cursor behind the async cursor methods the store's callbacks await."""
-
-    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
-        self._cur = cur
-        self.connection = cur.connection
-
-    async def execute(self, query: Any, params: Any = None) -> None:
-        self._cur.execute(query, params)
-
-    async def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    async def fetchall(self) -> Any:
-        return self._cur.fetchall()
-
-
 def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """``postgresql://`` / ``postgres://`` URL -> (libpq conninfo, store options).
 
     Query parameters go to libpq, except ``table`` and ``poll_interval``, which are the
-    store's options of the same name.
+    store's options of the same name (percent-decoded: ``?table=ho3%5Fzz`` is ``ho3_zz``).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
@@ -331,9 +419,9 @@ def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
     for item in filter(None, parts.query.split("&")):
         name, _, value = item.partition("=")
         if name == "table":
-            options["table"] = value
+            options["table"] = unquote(value)
         elif name == "poll_interval":
-            options["poll_interval"] = float(value)
+            options["poll_interval"] = float(unquote(value))
         else:
             libpq.append(item)
     return urlunsplit(parts._replace(scheme="postgresql", query="&".join(libpq))), options

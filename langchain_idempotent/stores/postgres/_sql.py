@@ -1,19 +1,19 @@
 """The wire contract of the Postgres store: its schema, its functions, its statements, its rows.
 
-- **Schema.** :data:`_MIGRATIONS` holds one entry per schema version; ``setup()`` applies
-  those above the version stored for the table in ``langchain_idempotent_schema``
-  (:meth:`_Queries.migrations`). Version 1 is the table and its indexes, version 2 the two
-  PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which implement the
-  decision table of :mod:`langchain_idempotent.protocol` (comments name the rows), version
-  3 ``<table>_claim`` again, now also returning a takeover's ``reason`` and inserting an
-  absent key without a second look-up. Each
-  function is headed by comments naming every parameter and what it returns, like the
-  Redis store's Lua scripts.
-- **Statements.** :class:`_Queries` builds every statement the store sends, once per
-  table: a call of one of the functions, or one plain statement (renew, release, abandon,
-  get, delete, purge, list) whose ``WHERE`` is the owner + fence compare where it writes; each
-  is preceded by a comment naming its parameters (``%s``, in order) and its result row.
-  Every time is the server's clock, :data:`_NOW` (``clock_timestamp()``).
+- **Schema.** :data:`_MIGRATIONS` holds one entry per *shipped* schema version, append-only
+  (like ``PostgresSaver``'s ``MIGRATIONS``); ``setup()`` applies those above the version
+  stored for the table in ``langchain_idempotent_schema`` (:meth:`_Queries.migrations`).
+  Version 1, the only one so far, is the table (with the side-effect mark, ``effect``),
+  its indexes and the two PL/pgSQL functions,
+  ``<table>_claim`` and ``<table>_complete``, which implement the decision table of
+  :mod:`langchain_idempotent.protocol` (comments name the rows). Each function is headed by
+  comments naming every parameter and what it returns, like the Redis store's Lua scripts.
+- **Statements.** One module-level template per statement the store sends (``_CLAIM``,
+  ``_RENEW``, ...), formatted once per table by :class:`_Queries`: a call of one of the
+  functions, or one plain statement (renew, release, abandon, get, delete, purge, list)
+  whose ``WHERE`` is the owner + fence compare where it writes; each is headed by a comment
+  naming its parameters (``%s``, in order) and its result row. Every time is the server's
+  clock, :data:`_NOW` (``clock_timestamp()``).
 - **Rows.** :func:`_claim_answer`, :func:`_completion`, :func:`_live` and :func:`_decode`
   turn result rows into the protocol's answers and records, and anything they cannot read
   (an unknown format version, state or meta) into
@@ -32,6 +32,7 @@ from ...record import (
     Claim,
     ClaimOutcome,
     Completion,
+    EffectMark,
     Record,
     State,
     UncertainReason,
@@ -39,13 +40,14 @@ from ...record import (
 )
 
 #: Version of the schema below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 1
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 _STATES = {s.value: s for s in State}
 _REASONS: dict[str, UncertainReason] = {r: r for r in get_args(UncertainReason)}
+_EFFECTS: dict[str, EffectMark] = {e: e for e in get_args(EffectMark)}
 _COLUMNS = (
     "key, state, owner, fence, lease_until, fingerprint, attempt, payload, "
-    "created_at, updated_at, version, meta"
+    "created_at, updated_at, version, meta, effect"
 )
 #: The server's clock in milliseconds: every lease and expiry is measured on it.
 _NOW = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -59,7 +61,9 @@ _ABANDONED_OWNERS = ", ".join(f"'{abandoned_owner(r)}'" for r in get_args(Uncert
 # pools with ``prepare_threshold=0``, like PostgresSaver's, can run them).
 
 _V1 = """
--- Version 1: one row per key. One column per Record field (payload bytea, meta jsonb,
+-- Version 1, the first shipped schema: the table, its indexes, and the two functions that
+-- decide (claim, complete), one call each.
+-- The table: one row per key. One column per Record field (payload bytea, meta jsonb,
 -- times in bigint milliseconds of the server's clock), namespace and thread_id copied out
 -- of meta for list / purge, and expires_at: a row past it is absent to every operation.
 CREATE TABLE IF NOT EXISTS {t} (
@@ -75,6 +79,8 @@ CREATE TABLE IF NOT EXISTS {t} (
     updated_at   bigint NOT NULL,
     version      integer NOT NULL,
     meta         jsonb NOT NULL DEFAULT '{{}}',
+    effect       text NOT NULL DEFAULT 'unmarked'
+                 CHECK (effect IN ('unmarked', 'before', 'entered')),
     namespace    text,
     thread_id    text,
     expires_at   bigint NOT NULL
@@ -85,34 +91,39 @@ CREATE INDEX IF NOT EXISTS {t}_expires_at ON {t} (expires_at)
 CREATE INDEX IF NOT EXISTS {t}_thread ON {t} (thread_id, namespace)
 ;;
 CREATE INDEX IF NOT EXISTS {t}_namespace ON {t} (namespace)
-"""
-
-_V2 = """
--- Version 2: the two operations that decide (claim, complete), one call each.
---
--- {t}_claim: replay, acquire, take over, or answer busy / mismatch / expired, in one call
--- (protocol.decide_claim).
+;;
+-- {t}_claim: replay, acquire, take over (or retry), or answer busy / mismatch / expired, in
+-- one call (protocol.decide_claim).
 -- p_key          the record's key              p_owner       the claimant's owner token
 -- p_fingerprint  fingerprint of the arguments  p_lease_ms    lease in ms
 -- p_ttl_ms       retention in ms (the row is kept max(ttl, lease) past now)
 -- p_takeover     true: take over an expired lease ("takeover"); false: answer expired
 -- p_meta         the record's meta, a jsonb object of strings (used when a row is created)
 -- p_sweep        0, or how many expired rows to delete first (every 64th claim)
--- Returns one row (outcome, o_fence, o_attempt, retry_after_ms, failed, payload):
+-- p_boundary     true: the tool marks its side effect; a new attempt's effect is 'before'
+--                (else 'unmarked')
+-- Returns one row (outcome, o_fence, o_attempt, retry_after_ms, failed, payload, reason,
+-- entered):
 -- outcome is a ClaimOutcome value, or 'corrupt' for a row of an unknown format version;
 -- o_fence / o_attempt the record's (new) fence and attempt; retry_after_ms the rest of a
--- live lease (busy); failed and payload the stored result (replay only, else NULL).
+-- live lease (busy); failed and payload the stored result (replay only, else NULL);
+-- reason, for takeover, retry and expired only (else NULL), why the previous attempt
+-- ended: the reason an abandoned row's owner names ('!cancelled' -> 'cancelled',
+-- record.abandoned_reason), else 'lease_expired'; entered, for takeover and expired, whether
+-- the previous attempt's effect mark was 'entered'. An expired attempt still 'before' its
+-- side-effect block is retried ('retry') under either policy: its effect never started.
 CREATE OR REPLACE FUNCTION {t}_claim(
     p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint,
-    p_takeover boolean, p_meta jsonb, p_sweep integer,
+    p_takeover boolean, p_meta jsonb, p_sweep integer, p_boundary boolean,
     OUT outcome text, OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint,
-    OUT failed boolean, OUT payload bytea)
+    OUT failed boolean, OUT payload bytea, OUT reason text, OUT entered boolean)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     now_ms bigint;
     rec {t}%ROWTYPE;
+    mark text := CASE WHEN p_boundary THEN 'before' ELSE 'unmarked' END;
 BEGIN
-    retry_after_ms := 0; failed := false;
+    retry_after_ms := 0; failed := false; entered := false;
     IF p_sweep > 0 THEN  -- the occasional bounded purge of expired rows
         DELETE FROM {t} WHERE key IN (
             SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
@@ -138,6 +149,21 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- Absent: insert it at once, no lock to take (ACQUIRED fence 1, attempt 1); a race to
+    -- insert it is settled below, as is an expired row (absent too, but overwritten).
+    IF NOT FOUND THEN
+        INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
+                         payload, created_at, updated_at, version, meta, effect, namespace,
+                         thread_id, expires_at)
+        VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
+                NULL, now_ms, now_ms, {version}, p_meta, mark, p_meta->>'namespace',
+                p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
+        ON CONFLICT (key) DO NOTHING;
+        IF FOUND THEN
+            outcome := 'acquired'; o_fence := 1; o_attempt := 1;
+            RETURN;
+        END IF;
+    END IF;
     -- Everything else writes: lock the row (or settle the race to insert it) and decide.
     LOOP
         SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
@@ -148,10 +174,10 @@ BEGIN
                 DELETE FROM {t} WHERE key = p_key;
             END IF;
             INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                             payload, created_at, updated_at, version, meta, namespace,
+                             payload, created_at, updated_at, version, meta, effect, namespace,
                              thread_id, expires_at)
             VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                    NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
+                    NULL, now_ms, now_ms, {version}, p_meta, mark, p_meta->>'namespace',
                     p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
             ON CONFLICT (key) DO NOTHING;
             IF FOUND THEN
@@ -186,16 +212,25 @@ BEGIN
         outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
         RETURN;
     END IF;
-    IF rec.state = 'running' AND NOT p_takeover THEN  -- expired, policy "raise" -> EXPIRED
-        outcome := 'expired';
+    IF rec.state = 'running' THEN  -- an expired or abandoned lease: the outcome is unknown
+        reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)
+                       ELSE 'lease_expired' END;
+    END IF;
+    IF rec.state = 'running' THEN
+        entered := rec.effect = 'entered';
+    END IF;
+    IF rec.state = 'running' AND rec.effect <> 'before' AND NOT p_takeover THEN
+        outcome := 'expired';  -- expired (not before its effect), policy "raise" -> EXPIRED
         RETURN;
     END IF;
-    -- FREE -> ACQUIRED; expired, policy "takeover" -> TAKEOVER: fence + 1, attempt + 1
-    outcome := CASE WHEN rec.state = 'free' THEN 'acquired' ELSE 'takeover' END;
+    -- FREE -> ACQUIRED; expired before its effect -> RETRY; expired, policy "takeover" ->
+    -- TAKEOVER: fence + 1, attempt + 1, the new attempt's effect mark
+    outcome := CASE WHEN rec.state = 'free' THEN 'acquired'
+                    WHEN rec.effect = 'before' THEN 'retry' ELSE 'takeover' END;
     o_fence := rec.fence + 1; o_attempt := rec.attempt + 1;
     UPDATE {t} SET state = 'running', owner = p_owner, fence = o_fence, attempt = o_attempt,
                    lease_until = now_ms + p_lease_ms, payload = NULL, updated_at = now_ms,
-                   expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
+                   effect = mark, expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
     WHERE key = p_key;
 END
 $fn$
@@ -278,293 +313,191 @@ END
 $fn$
 """
 
-_V3 = """
--- Version 3: {t}_claim also answers why a takeover's or an expired answer's previous
--- outcome is unknown (Claim.reason), and inserts an absent key (the no-lock read found no
--- row) at once instead of looking it up again under FOR UPDATE first. A new OUT parameter
--- needs the old function dropped.
-DROP FUNCTION IF EXISTS {t}_claim(text, text, text, bigint, bigint, boolean, jsonb, integer)
-;;
--- {t}_claim: replay, acquire, take over, or answer busy / mismatch / expired, in one call
--- (protocol.decide_claim).
--- p_key          the record's key              p_owner       the claimant's owner token
--- p_fingerprint  fingerprint of the arguments  p_lease_ms    lease in ms
--- p_ttl_ms       retention in ms (the row is kept max(ttl, lease) past now)
--- p_takeover     true: take over an expired lease ("takeover"); false: answer expired
--- p_meta         the record's meta, a jsonb object of strings (used when a row is created)
--- p_sweep        0, or how many expired rows to delete first (every 64th claim)
--- Returns one row (outcome, o_fence, o_attempt, retry_after_ms, failed, payload, reason):
--- outcome is a ClaimOutcome value, or 'corrupt' for a row of an unknown format version;
--- o_fence / o_attempt the record's (new) fence and attempt; retry_after_ms the rest of a
--- live lease (busy); failed and payload the stored result (replay only, else NULL);
--- reason, for takeover and expired only (else NULL), why the previous attempt's outcome
--- is unknown: the reason an abandoned row's owner names ('!cancelled' -> 'cancelled',
--- record.abandoned_reason), else 'lease_expired'.
-CREATE OR REPLACE FUNCTION {t}_claim(
-    p_key text, p_owner text, p_fingerprint text, p_lease_ms bigint, p_ttl_ms bigint,
-    p_takeover boolean, p_meta jsonb, p_sweep integer,
-    OUT outcome text, OUT o_fence bigint, OUT o_attempt bigint, OUT retry_after_ms bigint,
-    OUT failed boolean, OUT payload bytea, OUT reason text)
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    now_ms bigint;
-    rec {t}%ROWTYPE;
-BEGIN
-    retry_after_ms := 0; failed := false;
-    IF p_sweep > 0 THEN  -- the occasional bounded purge of expired rows
-        DELETE FROM {t} WHERE key IN (
-            SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
-            ORDER BY s.expires_at LIMIT p_sweep FOR UPDATE SKIP LOCKED);
-    END IF;
-    -- Fast path, no row lock: the answers that write nothing (MISMATCH, REPLAY, BUSY) from
-    -- a plain read. Done rows never change; a running row read just before it changed
-    -- only sends a waiter to watch and claim again, as if it had asked a moment earlier.
-    SELECT * INTO rec FROM {t} WHERE key = p_key;
-    now_ms := {now};
-    IF FOUND AND rec.expires_at > now_ms AND rec.version = {version} THEN
-        o_fence := rec.fence; o_attempt := rec.attempt;
-        IF rec.fingerprint <> p_fingerprint THEN
-            outcome := 'mismatch';
-            RETURN;
-        END IF;
-        IF rec.state IN ('completed', 'failed') THEN
-            outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
-            RETURN;
-        END IF;
-        IF rec.state = 'running' AND rec.owner <> p_owner AND rec.lease_until > now_ms THEN
-            outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
-            RETURN;
-        END IF;
-    END IF;
-    -- Absent: insert it at once, no lock to take (ACQUIRED fence 1, attempt 1); a race to
-    -- insert it is settled below, as is an expired row (absent too, but overwritten).
-    IF NOT FOUND THEN
-        INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                         payload, created_at, updated_at, version, meta, namespace,
-                         thread_id, expires_at)
-        VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
-                p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
-        ON CONFLICT (key) DO NOTHING;
-        IF FOUND THEN
-            outcome := 'acquired'; o_fence := 1; o_attempt := 1;
-            RETURN;
-        END IF;
-    END IF;
-    -- Everything else writes: lock the row (or settle the race to insert it) and decide.
-    LOOP
-        SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
-        now_ms := {now};  -- after the lock
-        IF NOT FOUND OR rec.expires_at <= now_ms THEN
-            -- absent (an expired row is absent, and overwritten) -> ACQUIRED fence 1, attempt 1
-            IF FOUND THEN
-                DELETE FROM {t} WHERE key = p_key;
-            END IF;
-            INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                             payload, created_at, updated_at, version, meta, namespace,
-                             thread_id, expires_at)
-            VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                    NULL, now_ms, now_ms, {version}, p_meta, p_meta->>'namespace',
-                    p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
-            ON CONFLICT (key) DO NOTHING;
-            IF FOUND THEN
-                outcome := 'acquired'; o_fence := 1; o_attempt := 1;
-                RETURN;
-            END IF;
-            CONTINUE;  -- another claim inserted it first: decide on its row
-        END IF;
-        EXIT;
-    END LOOP;
-    o_fence := rec.fence; o_attempt := rec.attempt;
-    IF rec.version <> {version} THEN
-        outcome := 'corrupt';
-        RETURN;
-    END IF;
-    IF rec.fingerprint <> p_fingerprint THEN  -- fingerprint differs -> MISMATCH
-        outcome := 'mismatch';
-        RETURN;
-    END IF;
-    IF rec.state IN ('completed', 'failed') THEN  -- done -> REPLAY
-        outcome := 'replay'; failed := rec.state = 'failed'; payload := rec.payload;
-        RETURN;
-    END IF;
-    IF rec.state = 'running' AND rec.owner = p_owner THEN  -- the claimant -> OWNED
-        UPDATE {t} SET lease_until = now_ms + p_lease_ms, updated_at = now_ms,
-                       expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
-        WHERE key = p_key;
-        outcome := 'owned';
-        RETURN;
-    END IF;
-    IF rec.state = 'running' AND rec.lease_until > now_ms THEN  -- live lease -> BUSY
-        outcome := 'busy'; retry_after_ms := rec.lease_until - now_ms;
-        RETURN;
-    END IF;
-    IF rec.state = 'running' THEN  -- an expired or abandoned lease: the outcome is unknown
-        reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)
-                       ELSE 'lease_expired' END;
-    END IF;
-    IF rec.state = 'running' AND NOT p_takeover THEN  -- expired, policy "raise" -> EXPIRED
-        outcome := 'expired';
-        RETURN;
-    END IF;
-    -- FREE -> ACQUIRED; expired, policy "takeover" -> TAKEOVER: fence + 1, attempt + 1
-    outcome := CASE WHEN rec.state = 'free' THEN 'acquired' ELSE 'takeover' END;
-    o_fence := rec.fence + 1; o_attempt := rec.attempt + 1;
-    UPDATE {t} SET state = 'running', owner = p_owner, fence = o_fence, attempt = o_attempt,
-                   lease_until = now_ms + p_lease_ms, payload = NULL, updated_at = now_ms,
-                   expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
-    WHERE key = p_key;
-END
-$fn$
-"""
-
-_MIGRATIONS = (_V1, _V2, _V3)
+_MIGRATIONS = (_V1,)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
-# -- statements ----------------------------------------------------------------------------
+# -- statements: one template each, formatted per table by _Queries ---------------------------
+#
+# ``{t}`` is the table, ``{now}`` the server's clock (_NOW), ``{schema}`` the version table.
+# Each template is headed by its parameters (``%s`` in order, or ``%(name)s``) and its result.
+
+# setup(), in one transaction: lock this table's schema against concurrent setups.
+# No parameters. Returns a row (void).
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('langchain_idempotent:{t}'))"
+# setup(): make sure the version table exists. No parameters. Returns nothing.
+_SCHEMA_TABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS {schema} (table_name text PRIMARY KEY, version integer NOT NULL)"
+)
+# setup() and describe(): %s table name. Returns (version), or no row for a new table.
+_READ_VERSION = "SELECT version FROM {schema} WHERE table_name = %s"
+# describe: no parameters. Returns (table_name) for every table setup() made here.
+_KNOWN_TABLES = "SELECT table_name FROM {schema} ORDER BY table_name"
+# setup(), after each migration: %s table name, version. Returns nothing.
+_WRITE_VERSION = (
+    "INSERT INTO {schema} (table_name, version) VALUES (%s, %s) "
+    "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version"
+)
+# setup(), first: %s a name. Returns (its description) when PostgreSQL reserves it as a word
+# that cannot name a table (``full``, ``order``, ``user``), no row otherwise.
+_RESERVED = "SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode IN ('R', 'T')"
+# drop(), in one transaction after _LOCK: remove the two functions, then the table, then its
+# row in the version table (%s: table name). Returns nothing.
+_DROP = (
+    "DROP FUNCTION IF EXISTS {t}_claim, {t}_complete",
+    "DROP TABLE IF EXISTS {t}",
+    "DELETE FROM {schema} WHERE table_name = %s",
+)
+# claim: %(name)s, the function's parameters by name without p_ (key, owner, fingerprint,
+# lease_ms, ttl_ms, takeover, meta, sweep, boundary). Returns the function's row (see
+# {t}_claim).
+_CLAIM = (
+    "SELECT * FROM {t}_claim(%(key)s, %(owner)s, %(fingerprint)s, %(lease_ms)s, "
+    "%(ttl_ms)s, %(takeover)s, %(meta)s, %(sweep)s, %(boundary)s)"
+)
+# replay_or_claim, for a claim that sweeps nothing (sweep 0): the same parameters and the
+# same row as _CLAIM, in one statement, but a replay is answered by a plain indexed read and
+# the function is not called at all (the cheapest replay). The read asks what the
+# function's no-lock REPLAY asks: a live row of this format version, done, with the same
+# fingerprint. Returns the function's REPLAY row (outcome 'replay', the row's fence and
+# attempt, retry_after_ms 0, failed, payload, reason NULL, entered false). An Append runs
+# its branches in order and LIMIT 1 stops at the first row, so the function runs only when
+# the read found no replay, and then decides everything as before.
+_REPLAY_OR_CLAIM = (
+    "(SELECT 'replay'::text, fence, attempt, 0::bigint, state = 'failed', payload, "
+    "NULL::text, false FROM {t} WHERE key = %(key)s AND state IN ('completed', 'failed') "
+    "AND fingerprint = %(fingerprint)s AND version = {version} AND expires_at > {now}) "
+    "UNION ALL (" + _CLAIM + ") LIMIT 1"
+)
+# complete: %s key, owner, fence, fingerprint, payload, failed, ttl_ms, meta, strict (the
+# function's parameters in order). Returns the function's row (see {t}_complete).
+_COMPLETE = "SELECT * FROM {t}_complete(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+# renew (protocol.decide_renew): %s lease_ms, lease_ms, key, owner, fence.
+# Returns a row when the caller still owned the lease (extended), none otherwise.
+_RENEW = (
+    "WITH c AS (SELECT {now} AS now_ms) "
+    "UPDATE {t} SET lease_until = c.now_ms + %s, updated_at = c.now_ms, "
+    "expires_at = greatest({t}.expires_at, c.now_ms + %s) FROM c "
+    "WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
+    "AND expires_at > c.now_ms RETURNING 1"
+)
+# mark_effect (protocol.decide_mark_effect): %s key, owner, fence. The attempt entered its
+# side-effect block: effect 'entered', only while running with the caller's owner and fence.
+# Returns a row when marked, none otherwise.
+_MARK_EFFECT = (
+    "WITH c AS (SELECT {now} AS now_ms) "
+    "UPDATE {t} SET effect = 'entered', updated_at = c.now_ms FROM c "
+    "WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
+    "AND expires_at > c.now_ms RETURNING 1"
+)
+# release (protocol.decide_release): %s key, owner, fence. Frees the lease, keeps the
+# fence, wakes the key's waiters. Returns (count): 1 when released, else 0.
+_RELEASE = (
+    "WITH c AS (SELECT {now} AS now_ms), "
+    "u AS (UPDATE {t} SET state = 'free', owner = '', lease_until = 0, "
+    "updated_at = c.now_ms FROM c WHERE key = %s AND state = 'running' "
+    "AND owner = %s AND fence = %s AND expires_at > c.now_ms RETURNING key) "
+    "SELECT count(pg_notify('{t}_wake', md5(u.key))) FROM u"
+)
+# abandon (protocol.decide_abandon): %s abandoned owner (record.abandoned_owner of the
+# reason), key, owner, fence. Ends the lease with the outcome unknown: the row stays running
+# with lease_until 0 and the abandoned owner, so the next claim takes over at once and is
+# told the reason; fence, attempt and retention are kept; wakes the key's waiters.
+# Returns (count): 1 when abandoned, else 0.
+_ABANDON = (
+    "WITH c AS (SELECT {now} AS now_ms), "
+    "u AS (UPDATE {t} SET owner = %s, lease_until = 0, updated_at = c.now_ms "
+    "FROM c WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
+    "AND expires_at > c.now_ms RETURNING key) "
+    "SELECT count(pg_notify('{t}_wake', md5(u.key))) FROM u"
+)
+# get: %s key. Returns (now_ms, <the record's columns>), the columns NULL when absent or
+# expired: the record and the server's clock in one round trip (watch needs both).
+_GET = (
+    "SELECT c.now_ms, " + ", ".join(f"r.{c}" for c in _COLUMNS.split(", ")) + " "
+    "FROM (SELECT {now} AS now_ms) c LEFT JOIN {t} r ON r.key = %s AND r.expires_at > c.now_ms"
+)
+# now_ms: no parameters. Returns (now_ms).
+_NOW_MS = "SELECT {now}"
+# delete (operator action, no owner check): %s key. Wakes the key's waiters.
+# Returns (whether a live record was deleted, notifications sent).
+_DELETE = (
+    "WITH c AS (SELECT {now} AS now_ms), "
+    "d AS (DELETE FROM {t} WHERE key = %s RETURNING key, expires_at) "
+    "SELECT coalesce(bool_or(d.expires_at > c.now_ms), false), "
+    "count(pg_notify('{t}_wake', md5(d.key))) FROM d, c"
+)
+# purge (operator action): %s thread_id, namespace (when given; {where} holds the test).
+# Wakes the waiters of every deleted key. Returns (live records deleted, notifications sent).
+_PURGE = (
+    "WITH c AS (SELECT {now} AS now_ms), "
+    "d AS (DELETE FROM {t} WHERE {where} RETURNING key, expires_at) "
+    "SELECT count(*) FILTER (WHERE d.expires_at > c.now_ms), "
+    "count(pg_notify('{t}_wake', md5(d.key))) FROM d, c"
+)
+# list: %s namespace, thread_id, limit, each only when given (see _Queries.listing).
+# Returns one row of the record's columns per live record, oldest first.
+_LIST = "SELECT {columns} FROM {t} WHERE expires_at > {now}"
+# describe: no parameters. Returns (server_version, fsync, synchronous_commit, whether the
+# version table exists, whether this table exists). Creates nothing.
+_PROBE_TABLES = (
+    "SELECT current_setting('server_version'), current_setting('fsync'), "
+    "current_setting('synchronous_commit'), "
+    "to_regclass('{schema}') IS NOT NULL, to_regclass('{t}') IS NOT NULL"
+)
+# describe, when the table exists: no parameters. Returns (rows, expired rows not yet
+# purged, bytes on disk with indexes).
+_TABLE_FACTS = (
+    "SELECT count(*), count(*) FILTER (WHERE expires_at <= {now}), "
+    "pg_total_relation_size('{t}') FROM {t}"
+)
 
 
 class _Queries:
-    """Every statement the store sends, built once per table."""
+    """Every statement the store sends, formatted once for one table (templates above)."""
 
     def __init__(self, table: str) -> None:
-        t = table
-        self.table = t
-        # setup(), in one transaction: lock this table's schema against concurrent setups,
-        # make sure the version table exists, read (%s: table name -> version) and write
-        # the version (formatted with v).
-        self.lock = f"SELECT pg_advisory_xact_lock(hashtext('langchain_idempotent:{t}'))"
-        self.schema_table = (
-            f"CREATE TABLE IF NOT EXISTS {_SCHEMA_TABLE} "
-            "(table_name text PRIMARY KEY, version integer NOT NULL)"
-        )
-        self.read_version = f"SELECT version FROM {_SCHEMA_TABLE} WHERE table_name = %s"
-        # drop(), in one transaction after ``lock``: remove the table, its two functions and
-        # its row in the version table (%s: table name). Returns nothing.
-        self.drop = (
-            f"DROP FUNCTION IF EXISTS {t}_claim, {t}_complete",
-            f"DROP TABLE IF EXISTS {t}",
-            f"DELETE FROM {_SCHEMA_TABLE} WHERE table_name = %s",
-        )
-        # reserved: %s a name. Returns a row (its description) when PostgreSQL reserves it
-        # as a word that cannot name a table (``full``, ``order``, ``user``), none otherwise.
-        self.reserved = (
-            "SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode IN ('R', 'T')"
-        )
-        self.write_version = (
-            f"INSERT INTO {_SCHEMA_TABLE} (table_name, version) VALUES ('{t}', {{v}}) "
-            "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version"
-        )
-        # The functions' parameters, in the order of their header comments (claim: _V3,
-        # complete: _V2); their result rows are read by _claim_answer and _completion.
-        # claim: %(name)s, the function's parameters by name without p_ (key, owner,
-        # fingerprint, lease_ms, ttl_ms, takeover, meta, sweep). Returns its row.
-        call_claim = (
-            f"SELECT * FROM {t}_claim(%(key)s, %(owner)s, %(fingerprint)s, %(lease_ms)s, "
-            f"%(ttl_ms)s, %(takeover)s, %(meta)s, %(sweep)s)"
-        )
-        self.claim = call_claim
-        # replay_or_claim, for a claim that sweeps nothing (sweep 0): the same parameters
-        # and the same row as claim, in one statement, but a replay is answered by a plain
-        # indexed read and the function is not called at all (the cheapest replay). The
-        # read asks what the function's no-lock REPLAY asks: a live row of this format
-        # version, done, with the same fingerprint; it returns the function's REPLAY row
-        # (outcome 'replay', the row's fence and attempt, retry_after_ms 0, failed,
-        # payload, reason NULL). An Append runs its branches in order and LIMIT 1 stops at
-        # the first row, so the function runs only when the read found no replay, and then
-        # decides everything as before.
-        self.replay_or_claim = (
-            f"(SELECT 'replay'::text, fence, attempt, 0::bigint, state = 'failed', payload, "
-            f"NULL::text FROM {t} WHERE key = %(key)s AND state IN ('completed', 'failed') "
-            f"AND fingerprint = %(fingerprint)s AND version = {FORMAT_VERSION} "
-            f"AND expires_at > {_NOW}) "
-            f"UNION ALL ({call_claim}) LIMIT 1"
-        )
-        self.complete = f"SELECT * FROM {t}_complete(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-        # renew (protocol.decide_renew): %s lease_ms, lease_ms, key, owner, fence.
-        # Returns a row when the caller still owned the lease (extended), none otherwise.
-        self.renew = (
-            f"WITH c AS (SELECT {_NOW} AS now_ms) "
-            f"UPDATE {t} SET lease_until = c.now_ms + %s, updated_at = c.now_ms, "
-            f"expires_at = greatest({t}.expires_at, c.now_ms + %s) FROM c "
-            f"WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
-            f"AND expires_at > c.now_ms RETURNING 1"
-        )
-        # release (protocol.decide_release): %s key, owner, fence. Frees the lease, keeps
-        # the fence, wakes the key's waiters. Returns (count): 1 when released, else 0.
-        self.release = (
-            f"WITH c AS (SELECT {_NOW} AS now_ms), "
-            f"u AS (UPDATE {t} SET state = 'free', owner = '', lease_until = 0, "
-            f"updated_at = c.now_ms FROM c WHERE key = %s AND state = 'running' "
-            f"AND owner = %s AND fence = %s AND expires_at > c.now_ms RETURNING key) "
-            f"SELECT count(pg_notify('{t}_wake', md5(u.key))) FROM u"
-        )
-        # abandon (protocol.decide_abandon): %s abandoned owner (record.abandoned_owner of
-        # the reason), key, owner, fence. Ends the lease with the outcome unknown: the row
-        # stays running with lease_until 0 and the abandoned owner, so the next claim takes
-        # over at once and is told the reason; fence, attempt and retention are kept; wakes
-        # the key's waiters. Returns (count): 1 when abandoned, else 0.
-        self.abandon = (
-            f"WITH c AS (SELECT {_NOW} AS now_ms), "
-            f"u AS (UPDATE {t} SET owner = %s, lease_until = 0, updated_at = c.now_ms "
-            f"FROM c WHERE key = %s AND state = 'running' AND owner = %s AND fence = %s "
-            f"AND expires_at > c.now_ms RETURNING key) "
-            f"SELECT count(pg_notify('{t}_wake', md5(u.key))) FROM u"
-        )
-        # get: %s key. Returns (now_ms, <the record's columns>), the columns NULL when absent
-        # or expired: the record and the server's clock in one round trip (watch needs both).
-        self.get = (
-            f"SELECT c.now_ms, r.{_COLUMNS.replace(', ', ', r.')} "
-            f"FROM (SELECT {_NOW} AS now_ms) c "
-            f"LEFT JOIN {t} r ON r.key = %s AND r.expires_at > c.now_ms"
-        )
-        # now_ms: no parameters. Returns (now_ms).
-        self.now = f"SELECT {_NOW}"
-        # delete (operator action, no owner check): %s key. Wakes the key's waiters.
-        # Returns (whether a live record was deleted, notifications sent).
-        self.delete = (
-            f"WITH c AS (SELECT {_NOW} AS now_ms), "
-            f"d AS (DELETE FROM {t} WHERE key = %s RETURNING key, expires_at) "
-            f"SELECT coalesce(bool_or(d.expires_at > c.now_ms), false), "
-            f"count(pg_notify('{t}_wake', md5(d.key))) FROM d, c"
-        )
-        # describe: no parameters. Returns (server_version, fsync, synchronous_commit,
-        # whether the version table exists, whether this table exists).
-        self.probe_tables = (
-            f"SELECT current_setting('server_version'), current_setting('fsync'), "
-            f"current_setting('synchronous_commit'), "
-            f"to_regclass('{_SCHEMA_TABLE}') IS NOT NULL, to_regclass('{t}') IS NOT NULL"
-        )
-        # describe, when the table exists: no parameters. Returns (rows, expired rows not
-        # yet purged, bytes on disk with indexes).
-        self.table_facts = (
-            f"SELECT count(*), count(*) FILTER (WHERE expires_at <= {_NOW}), "
-            f"pg_total_relation_size('{t}') FROM {t}"
-        )
-        # list: see listing(). Returns one row of the record's columns per live record.
-        self._listing = f"SELECT {_COLUMNS} FROM {t} WHERE expires_at > {_NOW}"
+        self.table = table
 
-    def migrations(self, stored: int) -> list[str]:
+        def f(template: str) -> str:
+            return template.format(
+                t=table, now=_NOW, schema=_SCHEMA_TABLE, version=FORMAT_VERSION, columns=_COLUMNS
+            )
+
+        self.lock, self.schema_table = f(_LOCK), f(_SCHEMA_TABLE_DDL)
+        self.read_version, self.write_version = f(_READ_VERSION), f(_WRITE_VERSION)
+        self.known_tables = f(_KNOWN_TABLES)
+        self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
+        self.claim, self.replay_or_claim = f(_CLAIM), f(_REPLAY_OR_CLAIM)
+        self.complete, self.renew, self.mark_effect = f(_COMPLETE), f(_RENEW), f(_MARK_EFFECT)
+        self.release, self.abandon = f(_RELEASE), f(_ABANDON)
+        self.get, self.now, self.delete = f(_GET), f(_NOW_MS), f(_DELETE)
+        self.probe_tables, self.table_facts = f(_PROBE_TABLES), f(_TABLE_FACTS)
+        self._list = f(_LIST)
+        self._purge = _PURGE.replace("{where}", "{{where}}").format(t=table, now=_NOW)
+
+    def migrations(self, stored: int) -> list[tuple[str, tuple[Any, ...] | None]]:
+        """The statements (with parameters) that bring a table at ``stored`` to this
+        version, each migration followed by its version row."""
         if stored > SCHEMA_VERSION:
             raise StoreUnavailableError(
                 f"the table {self.table!r} was written by a newer langchain-idempotent "
-                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade"
+                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade (a "
+                "table set up by a pre-release build at version 2 or 3: drop() it)"
             )
-        out = []
+        out: list[tuple[str, tuple[Any, ...] | None]] = []
         for version in range(stored + 1, SCHEMA_VERSION + 1):
             body = _MIGRATIONS[version - 1].format(
                 t=self.table, now=_NOW, version=FORMAT_VERSION, abandoned=_ABANDONED_OWNERS
             )
-            out += [stmt.strip() for stmt in body.split("\n;;\n")]
-            out.append(self.write_version.format(v=version))
+            out += [(stmt.strip(), None) for stmt in body.split("\n;;\n")]
+            out.append((self.write_version, (self.table, version)))
         return out
 
-    # list: %s namespace, thread_id, limit, each only when given.
     def listing(
         self, namespace: str | None, thread_id: str | None, limit: int | None
     ) -> tuple[str, tuple[Any, ...]]:
-        query, params = self._listing, list[Any]()
+        query, params = self._list, list[Any]()
         if namespace is not None:
             query += " AND namespace = %s"
             params.append(namespace)
@@ -577,21 +510,12 @@ class _Queries:
             params.append(max(0, limit))
         return query, tuple(params)
 
-    # purge (operator action): %s thread_id, namespace (when given). Wakes the waiters
-    # of every deleted key. Returns (live records deleted, notifications sent).
     def purging(self, thread_id: str, namespace: str | None) -> tuple[str, tuple[Any, ...]]:
-        t = self.table
         where, params = "thread_id = %s", [thread_id]
         if namespace is not None:
             where += " AND namespace = %s"
             params.append(namespace)
-        query = (
-            f"WITH c AS (SELECT {_NOW} AS now_ms), "
-            f"d AS (DELETE FROM {t} WHERE {where} RETURNING key, expires_at) "
-            f"SELECT count(*) FILTER (WHERE d.expires_at > c.now_ms), "
-            f"count(pg_notify('{t}_wake', md5(d.key))) FROM d, c"
-        )
-        return query, tuple(params)
+        return self._purge.format(where=where), tuple(params)
 
 
 # -- rows to answers ---------------------------------------------------------------------------
@@ -613,7 +537,7 @@ def _corrupt(key: str, table: str, why: str) -> CorruptRecordError:
 
 
 def _claim_answer(key: str, row: Any, table: str) -> Claim:
-    outcome, fence, attempt, retry_after, failed, payload, reason = row
+    outcome, fence, attempt, retry_after, failed, payload, reason, entered = row
     if outcome == "corrupt":
         raise _corrupt(key, table, "unknown format version")
     return Claim(
@@ -624,6 +548,7 @@ def _claim_answer(key: str, row: Any, table: str) -> Claim:
         failed=bool(failed),
         payload=None if payload is None else bytes(payload),
         reason=None if reason is None else _REASONS[reason],
+        entered=bool(entered),
     )
 
 
@@ -647,7 +572,21 @@ def _live(key: str, row: Any, table: str) -> tuple[Record | None, int]:
 
 
 def _decode(row: Any, table: str) -> Record:
-    key, state, owner, fence, lease_until, fp, attempt, payload, created, updated, ver, meta = row
+    (
+        key,
+        state,
+        owner,
+        fence,
+        lease_until,
+        fp,
+        attempt,
+        payload,
+        created,
+        updated,
+        ver,
+        meta,
+        effect,
+    ) = row
     if ver != FORMAT_VERSION:
         raise _corrupt(key, table, f"unknown format version {ver!r}")
     if state not in _STATES:
@@ -656,6 +595,8 @@ def _decode(row: Any, table: str) -> Record:
         isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
     ):
         raise _corrupt(key, table, "meta is not an object of strings")
+    if effect not in _EFFECTS:
+        raise _corrupt(key, table, f"unknown effect mark {effect!r}")
     return Record(
         key=key,
         state=_STATES[state],
@@ -669,4 +610,5 @@ def _decode(row: Any, table: str) -> Record:
         updated_at=int(updated),
         version=int(ver),
         meta=dict(meta),
+        effect=_EFFECTS[effect],
     )

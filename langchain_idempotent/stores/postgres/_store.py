@@ -84,18 +84,17 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any, TypeVar, get_args
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ...errors import CorruptRecordError, StoreUnavailableError
 from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason, abandoned_owner
 from ..base import BaseIdempotencyStore
-from ._describe import describe_server
+from ._describe import describe_op
 from ._listen import _Waiters
-from ._pools import _ERRORS, _parse_url, _Pools, _redact, run_async, run_sync, sync_twin
+from ._pools import _ERRORS, Op, Stmt, _parse_url, _Pools, _redact, run_async, run_sync, single
 from ._sql import (
     _claim_answer,
     _completion,
@@ -228,83 +227,58 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
     def setup(self) -> None:
         """Create or migrate the table, its indexes and functions (idempotent)."""
-
-        def run(cur: psycopg.Cursor[Any]) -> None:
-            conn = cur.connection
-            with conn.transaction():
-                for stmt in self._q.migrations(self._stored_version(cur)):
-                    cur.execute(stmt)
-
-        self._sync(None, run, setup=False)
+        self._run(None, self._setup_op(), setup=False)
         self._ready = True
 
     async def asetup(self) -> None:
         """The async twin of :meth:`setup`."""
-
-        async def run(cur: psycopg.AsyncCursor[Any]) -> None:
-            conn = cur.connection
-            async with conn.transaction():
-                await cur.execute(self._q.reserved, (self._table,))
-                self._refuse_reserved(await cur.fetchone())
-                await cur.execute(self._q.lock)
-                await cur.execute(self._q.schema_table)
-                await cur.execute(self._q.read_version, (self._table,))
-                row = await cur.fetchone()
-                for stmt in self._q.migrations(row[0] if row else 0):
-                    await cur.execute(stmt)
-
-        await self._async(None, run, setup=False)
+        await self._arun(None, self._setup_op(), setup=False)
         self._ready = True
 
-    def _stored_version(self, cur: psycopg.Cursor[Any]) -> int:
-        cur.execute(self._q.reserved, (self._table,))
-        self._refuse_reserved(cur.fetchone())
-        cur.execute(self._q.lock)
-        cur.execute(self._q.schema_table)
-        cur.execute(self._q.read_version, (self._table,))
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
+    def _setup_op(self) -> Op[None]:
+        q = self._q
+
+        def steps() -> Generator[Any, Any, None]:
+            reserved = yield Stmt(q.reserved, (self._table,))
+            if reserved is not None:
+                raise ValueError(
+                    f"table {self._table!r} is a word PostgreSQL reserves ({reserved[0]}), so "
+                    "it cannot name the store's table: pass another table= (the default is safe)"
+                )
+            yield Stmt(q.lock)
+            yield Stmt(q.schema_table, fetch="none")
+            row = yield Stmt(q.read_version, (self._table,))
+            for query, params in q.migrations(int(row[0]) if row else 0):
+                yield Stmt(query, params, fetch="none")
+
+        return Op(steps, atomic=True)
 
     def drop(self) -> None:
         """Remove what :meth:`setup` created — the table with every record, its functions
         and its schema row — for tearing a store down (tests, a per-run table). Irreversible;
         the store sets the table up again on its next use."""
-
-        def run(cur: psycopg.Cursor[Any]) -> None:
-            with cur.connection.transaction():
-                cur.execute(self._q.lock)
-                cur.execute(self._q.schema_table)
-                drop_functions, drop_table, forget = self._q.drop
-                cur.execute(drop_functions)
-                cur.execute(drop_table)
-                cur.execute(forget, (self._table,))
-
-        self._sync(None, run, setup=False)
+        self._run(None, self._drop_op(), setup=False)
         self._ready = False
 
     async def adrop(self) -> None:
         """The async twin of :meth:`drop`."""
-
-        async def run(cur: psycopg.AsyncCursor[Any]) -> None:
-            async with cur.connection.transaction():
-                await cur.execute(self._q.lock)
-                await cur.execute(self._q.schema_table)
-                drop_functions, drop_table, forget = self._q.drop
-                await cur.execute(drop_functions)
-                await cur.execute(drop_table)
-                await cur.execute(forget, (self._table,))
-
-        await self._async(None, run, setup=False)
+        await self._arun(None, self._drop_op(), setup=False)
         self._ready = False
 
-    def _refuse_reserved(self, row: Any) -> None:
-        if row is not None:
-            raise ValueError(
-                f"table {self._table!r} is a word PostgreSQL reserves ({row[0]}), so it cannot "
-                "name the store's table: pass another table= (the default is safe)"
-            )
+    def _drop_op(self) -> Op[None]:
+        q = self._q
+        drop_functions, drop_table, forget = q.drop
 
-    # -- record operations -------------------------------------------------------------
+        def steps() -> Generator[Any, Any, None]:
+            yield Stmt(q.lock)
+            yield Stmt(q.schema_table, fetch="none")
+            yield Stmt(drop_functions, fetch="none")
+            yield Stmt(drop_table, fetch="none")
+            yield Stmt(forget, (self._table,), fetch="none")
+
+        return Op(steps, atomic=True)
+
+    # -- record operations: each described once (an Op), run by _run / _arun ---------
 
     def claim(
         self,
@@ -316,16 +290,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        query, params = self._claim_call(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta
-        )
-
-        def run(cur: psycopg.Cursor[Any]) -> Any:
-            cur.execute(query, params)
-            return cur.fetchone()
-
-        return _claim_answer(key, self._sync(key, run), self._table)
+        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
+        return self._run(key, op)
 
     async def aclaim(
         self,
@@ -337,18 +305,12 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        query, params = self._claim_call(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta
-        )
+        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
+        return await self._arun(key, op)
 
-        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
-            await cur.execute(query, params)
-            return await cur.fetchone()
-
-        return _claim_answer(key, await self._async(key, run), self._table)
-
-    def _claim_call(
+    def _claim_op(
         self,
         key: str,
         owner: str,
@@ -357,9 +319,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy,
         meta: Mapping[str, str] | None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The claim statement and its parameters: a replay read folded in front of the
-        function call, except on the claims that also sweep (:mod:`._sql`)."""
+        boundary: bool,
+    ) -> Op[Claim]:
+        """The claim statement: a replay read folded in front of the function call, except
+        on the claims that also sweep (:mod:`._sql`)."""
         if on_expired not in ("takeover", "raise"):
             raise ValueError(f'on_expired must be "takeover" or "raise", got {on_expired!r}')
         sweep = _SWEEP_LIMIT if next(self._claims) % _SWEEP_EVERY == 0 else 0
@@ -372,22 +335,20 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
             "takeover": on_expired == "takeover",
             "meta": _meta(meta),
             "sweep": sweep,
+            "boundary": bool(boundary),
         }
-        return (self._q.claim if sweep else self._q.replay_or_claim), params
+        query = self._q.claim if sweep else self._q.replay_or_claim
+        return single(Stmt(query, params), lambda row: _claim_answer(key, row, self._table))
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        def run(cur: psycopg.Cursor[Any]) -> bool:
-            cur.execute(self._q.renew, (int(lease_ms), int(lease_ms), key, owner, fence))
-            return cur.fetchone() is not None
-
-        return self._sync(key, run)
+        return self._run(key, self._renew_op(key, owner, fence, lease_ms))
 
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
-            await cur.execute(self._q.renew, (int(lease_ms), int(lease_ms), key, owner, fence))
-            return await cur.fetchone() is not None
+        return await self._arun(key, self._renew_op(key, owner, fence, lease_ms))
 
-        return await self._async(key, run)
+    def _renew_op(self, key: str, owner: str, fence: int, lease_ms: int) -> Op[bool]:
+        params = (int(lease_ms), int(lease_ms), key, owner, fence)
+        return single(Stmt(self._q.renew, params), lambda row: row is not None)
 
     def complete(
         self,
@@ -401,13 +362,8 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
-        params = (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta), False)
-
-        def run(cur: psycopg.Cursor[Any]) -> Any:
-            cur.execute(self._q.complete, params)
-            return cur.fetchone()
-
-        return _completion(key, self._sync(key, run), self._table)
+        op = self._complete_op(key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        return self._run(key, op)
 
     async def acomplete(
         self,
@@ -421,113 +377,90 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
+        op = self._complete_op(key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        return await self._arun(key, op)
+
+    def _complete_op(
+        self,
+        key: str,
+        owner: str,
+        fence: int,
+        fingerprint: str,
+        payload: bytes,
+        failed: bool,
+        ttl_ms: int,
+        meta: Mapping[str, str] | None,
+    ) -> Op[Completion]:
         params = (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta), False)
+        return single(
+            Stmt(self._q.complete, params), lambda row: _completion(key, row, self._table)
+        )
 
-        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
-            await cur.execute(self._q.complete, params)
-            return await cur.fetchone()
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return self._run(key, self._mark_effect_op(key, owner, fence))
 
-        return _completion(key, await self._async(key, run), self._table)
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return await self._arun(key, self._mark_effect_op(key, owner, fence))
+
+    def _mark_effect_op(self, key: str, owner: str, fence: int) -> Op[bool]:
+        return single(Stmt(self._q.mark_effect, (key, owner, fence)), lambda row: row is not None)
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
-        def run(cur: psycopg.Cursor[Any]) -> bool:
-            cur.execute(self._q.release, (key, owner, fence))
-            row = cur.fetchone()
-            return bool(row and row[0])
-
-        return self._sync(key, run)
+        return self._run(key, single(Stmt(self._q.release, (key, owner, fence)), _counted))
 
     async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
-            await cur.execute(self._q.release, (key, owner, fence))
-            row = await cur.fetchone()
-            return bool(row and row[0])
-
-        return await self._async(key, run)
+        return await self._arun(key, single(Stmt(self._q.release, (key, owner, fence)), _counted))
 
     def abandon(
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
-        params = (_abandoned_owner(reason), key, owner, fence)
-
-        def run(cur: psycopg.Cursor[Any]) -> bool:
-            cur.execute(self._q.abandon, params)
-            row = cur.fetchone()
-            return bool(row and row[0])
-
-        return self._sync(key, run)
+        return self._run(key, self._abandon_op(key, owner, fence, reason))
 
     async def aabandon(
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
+        return await self._arun(key, self._abandon_op(key, owner, fence, reason))
+
+    def _abandon_op(self, key: str, owner: str, fence: int, reason: UncertainReason) -> Op[bool]:
         params = (_abandoned_owner(reason), key, owner, fence)
-
-        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
-            await cur.execute(self._q.abandon, params)
-            row = await cur.fetchone()
-            return bool(row and row[0])
-
-        return await self._async(key, run)
+        return single(Stmt(self._q.abandon, params), _counted)
 
     def get(self, key: str) -> Record | None:
-        return self._probe_sync(key)[0]
+        return self._run(key, self._probe_op(key))[0]
 
     async def aget(self, key: str) -> Record | None:
-        return (await self._probe_async(key))[0]
+        return (await self._arun(key, self._probe_op(key)))[0]
 
-    def _probe_sync(self, key: str) -> tuple[Record | None, int]:
+    def _probe_op(self, key: str) -> Op[tuple[Record | None, int]]:
         """The live record under ``key`` and the server's clock, in one round trip."""
-
-        def run(cur: psycopg.Cursor[Any]) -> Any:
-            cur.execute(self._q.get, (key,))
-            return cur.fetchone()
-
-        return _live(key, self._sync(key, run), self._table)
-
-    async def _probe_async(self, key: str) -> tuple[Record | None, int]:
-        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
-            await cur.execute(self._q.get, (key,))
-            return await cur.fetchone()
-
-        return _live(key, await self._async(key, run), self._table)
+        return single(Stmt(self._q.get, (key,)), lambda row: _live(key, row, self._table))
 
     def now_ms(self) -> int:
         """The server's clock (``clock_timestamp()``) in milliseconds."""
-
-        def run(cur: psycopg.Cursor[Any]) -> int:
-            cur.execute(self._q.now)
-            return int(cur.fetchone()[0])  # type: ignore[index]
-
-        return self._sync(None, run)
+        return self._run(None, single(Stmt(self._q.now), _first_int), setup=False)
 
     async def anow_ms(self) -> int:
-        async def run(cur: psycopg.AsyncCursor[Any]) -> int:
-            await cur.execute(self._q.now)
-            return int((await cur.fetchone())[0])  # type: ignore[index]
-
-        return await self._async(None, run)
+        return await self._arun(None, single(Stmt(self._q.now), _first_int), setup=False)
 
     def describe(self) -> dict[str, Any]:
         """Facts for ``doctor``: server version and durability settings (``fsync``,
-        ``synchronous_commit``), table, schema version, row counts.
+        ``synchronous_commit``), table, schema version, row counts. Creates nothing.
 
         Never the password (the URL is shown without it).
         """
-
-        def run(cur: psycopg.Cursor[Any]) -> dict[str, Any]:
-            return describe_server(cur, self._q, self._conninfo)
-
-        return self._sync(None, run, setup=False)
+        return self._run(None, describe_op(self._q, self._conninfo), setup=False)
 
     # -- watch ---------------------------------------------------------------------------
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
         self._check_fork()
-        self._waiters.watch(key, fence, timeout, lambda: self._probe_sync(key))
+        self._waiters.watch(key, fence, timeout, lambda: self._run(key, self._probe_op(key)))
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
         self._check_fork()
-        await self._waiters.awatch(key, fence, timeout, lambda: self._probe_async(key))
+        await self._waiters.awatch(
+            key, fence, timeout, lambda: self._arun(key, self._probe_op(key))
+        )
 
     def _new_waiters(self) -> _Waiters:
         conninfo = self._pools.listen_conninfo if self._pools.can_listen else None
@@ -536,20 +469,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     # -- operator helpers ----------------------------------------------------------------
 
     def delete(self, key: str) -> bool:
-        def run(cur: psycopg.Cursor[Any]) -> bool:
-            cur.execute(self._q.delete, (key,))
-            row = cur.fetchone()
-            return bool(row and row[0])
-
-        return self._sync(key, run)
+        return self._run(key, single(Stmt(self._q.delete, (key,)), _counted))
 
     async def adelete(self, key: str) -> bool:
-        async def run(cur: psycopg.AsyncCursor[Any]) -> bool:
-            await cur.execute(self._q.delete, (key,))
-            row = await cur.fetchone()
-            return bool(row and row[0])
-
-        return await self._async(key, run)
+        return await self._arun(key, single(Stmt(self._q.delete, (key,)), _counted))
 
     def list(
         self,
@@ -558,13 +481,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
-        query, params = self._q.listing(namespace, thread_id, limit)
-
-        def run(cur: psycopg.Cursor[Any]) -> Any:
-            cur.execute(query, params)
-            return cur.fetchall()
-
-        return self._records(self._sync(None, run))
+        return self._run(None, self._list_op(namespace, thread_id, limit))
 
     async def alist(
         self,
@@ -573,13 +490,13 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
+        return await self._arun(None, self._list_op(namespace, thread_id, limit))
+
+    def _list_op(
+        self, namespace: str | None, thread_id: str | None, limit: int | None
+    ) -> Op[builtins.list[Record]]:
         query, params = self._q.listing(namespace, thread_id, limit)
-
-        async def run(cur: psycopg.AsyncCursor[Any]) -> Any:
-            await cur.execute(query, params)
-            return await cur.fetchall()
-
-        return self._records(await self._async(None, run))
+        return single(Stmt(query, params, fetch="all"), self._records)
 
     def _records(self, rows: Any) -> builtins.list[Record]:
         out = []
@@ -591,22 +508,11 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         return out
 
     def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
-        query, params = self._q.purging(thread_id, namespace)
-
-        def run(cur: psycopg.Cursor[Any]) -> int:
-            cur.execute(query, params)
-            return int(cur.fetchone()[0])  # type: ignore[index]
-
-        return self._sync(None, run)
+        return self._run(None, single(Stmt(*self._q.purging(thread_id, namespace)), _first_int))
 
     async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
-        query, params = self._q.purging(thread_id, namespace)
-
-        async def run(cur: psycopg.AsyncCursor[Any]) -> int:
-            await cur.execute(query, params)
-            return int((await cur.fetchone())[0])  # type: ignore[index]
-
-        return await self._async(None, run)
+        op = single(Stmt(*self._q.purging(thread_id, namespace)), _first_int)
+        return await self._arun(None, op)
 
     def close(self) -> None:
         """Close the pools this store owns and its listener; they reopen on next use.
@@ -655,27 +561,19 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
     # -- the error boundary and the pools (see ._pools) ----------------------------------
 
-    def _sync(
-        self, key: str | None, run: Callable[[psycopg.Cursor[Any]], _T], *, setup: bool = True
-    ) -> _T:
+    def _run(self, key: str | None, op: Op[_T], *, setup: bool = True) -> _T:
         pool = self._sync_pool(key)
         if setup:
             self._maybe_setup(key)
-        return run_sync(pool, key, run)
+        return run_sync(pool, key, op)
 
-    async def _async(
-        self,
-        key: str | None,
-        run: Callable[[psycopg.AsyncCursor[Any]], Awaitable[_T]],
-        *,
-        setup: bool = True,
-    ) -> _T:
+    async def _arun(self, key: str | None, op: Op[_T], *, setup: bool = True) -> _T:
         pool = await self._async_pool(key)
-        if pool is None:  # only a sync pool was given: run it on that one, in a thread
-            return await asyncio.to_thread(self._sync, key, sync_twin(run))
+        if pool is None:  # only a sync pool was given: run the same op on it, in a thread
+            return await asyncio.to_thread(self._run, key, op, setup=setup)
         if setup:
             await self._amaybe_setup(key)
-        return await run_async(pool, key, run)
+        return await run_async(pool, key, op)
 
     def _maybe_setup(self, key: str | None = None) -> None:
         if self._auto_setup and not self._ready:
@@ -704,6 +602,15 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     async def _async_pool(self, key: str | None) -> AsyncConnectionPool[Any] | None:
         self._check_fork()
         return await self._pools.async_(key)
+
+
+def _counted(row: Any) -> bool:
+    """A ``(count, ...)`` row: whether the statement changed a row."""
+    return bool(row and row[0])
+
+
+def _first_int(row: Any) -> int:
+    return int(row[0])
 
 
 def _abandoned_owner(reason: UncertainReason) -> str:

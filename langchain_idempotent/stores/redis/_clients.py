@@ -85,11 +85,27 @@ def _client_options(
     return options
 
 
+#: The schemes redis-py reads as they are (the cluster ones are rewritten to these).
+_PLAIN_SCHEMES = ("redis", "rediss", "unix")
+
+
 def _cluster_url(url: str, cluster: bool | None) -> tuple[str, bool | None]:
     """``redis+cluster://`` / ``rediss+cluster://`` as the plain URL redis-py reads, and
     whether it names a Cluster (``cluster`` as passed for any other scheme)."""
     scheme, sep, rest = url.partition("://")
-    if not (sep and scheme.lower() in _CLUSTER_SCHEMES):
+    if not sep or scheme.lower() not in (*_CLUSTER_SCHEMES, *_PLAIN_SCHEMES):
+        hint = (
+            " (a PostgreSQL URL: use PostgresIdempotencyStore.from_url, or store_from_url for "
+            "any store URL)"
+            if scheme.lower() in ("postgresql", "postgres")
+            else " (use store_from_url for any store URL)"
+        )
+        raise ValueError(
+            f"not a Redis URL (scheme {scheme + sep if sep else 'missing'}): "
+            "RedisIdempotencyStore.from_url takes redis://, rediss://, unix://, "
+            f"redis+cluster:// or rediss+cluster://{hint}"
+        )
+    if scheme.lower() not in _CLUSTER_SCHEMES:
         return url, cluster
     if cluster is False:
         raise ValueError(f"{scheme}:// is a cluster URL but cluster=False was passed")
@@ -369,11 +385,10 @@ class _Durability:
         return acks is not None and acks < self.replicas
 
     def error(self, what: str, key: str, acks: int | None) -> StoreUnavailableError:
-        after = (
-            "the claim was released and the tool was not run"
-            if what == "claim"
-            else "the result is stored on the master, but a failover now could lose it"
-        )
+        after = {
+            "claim": "the claim was released and the tool was not run",
+            "side-effect mark": "the side effect was not started",
+        }.get(what, "the result is stored on the master, but a failover now could lose it")
         return StoreUnavailableError(
             f"Redis acknowledged the {what} of idempotency key {key!r} on {acks} of the "
             f"{self.replicas} replica(s) required (replicas={self.replicas}) within "

@@ -1,7 +1,7 @@
 """The wire contract of the Redis store: the Lua scripts, how they are sent, what they return.
 
 Each script is one store operation, run atomically on the server that holds the record
-(claim, renew, complete, release and abandon implement the decision table of
+(claim, renew, complete, release, abandon and mark_effect implement the decision table of
 :mod:`langchain_idempotent.protocol`): the shared :data:`_PRELUDE` (the server clock, and
 ``load``, which refuses anything that is not a record of this format) followed by one body,
 headed by comments naming its ``KEYS``, ``ARGV`` and reply. The argument builders
@@ -40,6 +40,7 @@ from ...record import (
     Claim,
     ClaimOutcome,
     Completion,
+    EffectMark,
     ExpiredPolicy,
     Record,
     State,
@@ -52,6 +53,7 @@ _RAW: dict[str, Any] = {NEVER_DECODE: True}
 _VERSION = str(FORMAT_VERSION)
 _STATES = {s.value.encode(): s for s in State}
 _OUTCOMES = {o.value.encode(): o for o in ClaimOutcome}
+_EFFECTS: dict[bytes, EffectMark] = {e.encode(): e for e in typing.get_args(EffectMark)}
 _REASONS: dict[bytes, UncertainReason] = {r.encode(): r for r in typing.get_args(UncertainReason)}
 
 # -- Lua ---------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ end
 
 local function load(key, version)
   local f = redis.pcall('HMGET', key, 'version', 'state', 'owner', 'fence', 'lease_until',
-                        'fingerprint', 'attempt', 'payload')
+                        'fingerprint', 'attempt', 'payload', 'effect')
   if f.err then return nil, 'not a hash' end
   if not f[2] then
     if redis.call('EXISTS', key) == 1 then return nil, 'no state field' end
@@ -84,7 +86,11 @@ local function load(key, version)
   local done = state == 'completed' or state == 'failed'
   if not (done or state == 'running' or state == 'free') then return nil, 'unknown state' end
   local rec = {state = state, done = done, owner = f[3], fence = int(f[4]), lease_until = int(f[5]),
-               fingerprint = f[6], attempt = int(f[7]), payload = f[8]}
+               fingerprint = f[6], attempt = int(f[7]), payload = f[8],
+               effect = f[9] or 'unmarked'}  -- absent: written before the side-effect mark
+  if not (rec.effect == 'unmarked' or rec.effect == 'before' or rec.effect == 'entered') then
+    return nil, 'unknown effect mark'
+  end
   if not (rec.owner and rec.fence and rec.lease_until and rec.fingerprint and rec.attempt) then
     return nil, 'missing or malformed fields'
   end
@@ -94,17 +100,20 @@ end
 """
 
 _CLAIM = """
--- claim: replay, acquire, take over, or report busy / mismatch / expired, atomically
--- (protocol.decide_claim).
+-- claim: replay, acquire, take over (or retry), or report busy / mismatch / expired,
+-- atomically (protocol.decide_claim).
 -- KEYS[1]   the record hash
 -- ARGV[1]   owner token           ARGV[2] fingerprint of the arguments
 -- ARGV[3]   lease in ms           ARGV[4] retention (ttl) in ms
 -- ARGV[5]   'takeover' or 'raise': what to do with an expired lease
 -- ARGV[6]   format version
--- ARGV[7..] meta as name, value pairs (stored as m:<name> when the record is created)
+-- ARGV[7]   1 if the tool marks its side effect (the new attempt's effect 'before'), else 0
+-- ARGV[8..] meta as name, value pairs (stored as m:<name> when the record is created)
 -- Returns {outcome, fence, attempt, retry_after_ms, failed (0/1), payload (replay only)};
--- takeover and expired add {.., '', reason}: 'lease_expired', or the reason an abandoned
--- record's owner names ('!cancelled' -> 'cancelled').
+-- takeover, retry and expired add {.., '', reason, entered (0/1)}: reason 'lease_expired',
+-- or the reason an abandoned record's owner names ('!cancelled' -> 'cancelled'); entered 1
+-- when the previous attempt's effect mark was 'entered'. An expired attempt marked 'before'
+-- never entered its side-effect block: it is retried ('retry') under either policy.
 -- A 'CORRUPT ...' error when the key holds something else.
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[6])
@@ -118,12 +127,13 @@ end
 local now = now_ms()
 local lease = tonumber(ARGV[3])
 local expire = math.max(tonumber(ARGV[4]), lease)
+local effect = ARGV[7] == '1' and 'before' or 'unmarked'
 
 if not rec then
   local fields = {'version', ARGV[6], 'state', 'running', 'owner', ARGV[1], 'fence', 1,
                   'lease_until', now + lease, 'fingerprint', ARGV[2], 'attempt', 1,
-                  'created_at', now, 'updated_at', now}
-  for i = 7, #ARGV, 2 do
+                  'created_at', now, 'updated_at', now, 'effect', effect}
+  for i = 8, #ARGV, 2 do
     fields[#fields + 1] = 'm:' .. ARGV[i]
     fields[#fields + 1] = ARGV[i + 1]
   end
@@ -132,12 +142,13 @@ if not rec then
   return {'acquired', 1, 1, 0, 0}
 end
 
-local function take(outcome, reason)
+local function take(outcome, reason, entered)
   local fence, attempt = rec.fence + 1, rec.attempt + 1
   redis.call('HSET', key, 'state', 'running', 'owner', ARGV[1], 'fence', fence,
-             'attempt', attempt, 'lease_until', now + lease, 'updated_at', now)
+             'attempt', attempt, 'lease_until', now + lease, 'updated_at', now,
+             'effect', effect)
   redis.call('PEXPIRE', key, expire)
-  if reason then return {outcome, fence, attempt, 0, 0, '', reason} end
+  if reason then return {outcome, fence, attempt, 0, 0, '', reason, entered} end
   return {outcome, fence, attempt, 0, 0}
 end
 
@@ -153,8 +164,12 @@ if rec.lease_until > now then
 end
 local reason = 'lease_expired'
 if string.sub(rec.owner, 1, 1) == '!' then reason = string.sub(rec.owner, 2) end
-if ARGV[5] == 'raise' then return {'expired', rec.fence, rec.attempt, 0, 0, '', reason} end
-return take('takeover', reason)
+if rec.effect == 'before' then return take('retry', reason, 0) end
+local entered = rec.effect == 'entered' and 1 or 0
+if ARGV[5] == 'raise' then
+  return {'expired', rec.fence, rec.attempt, 0, 0, '', reason, entered}
+end
+return take('takeover', reason, entered)
 """
 
 _RENEW = """
@@ -252,6 +267,23 @@ redis.call('PUBLISH', key .. ':done', 'abandoned')
 return 1
 """
 
+_MARK_EFFECT = """
+-- mark_effect: the current attempt enters its side-effect block (protocol.decide_mark_effect),
+-- only for the current owner and fence.
+-- KEYS[1]  the record hash
+-- ARGV[1]  owner token   ARGV[2] fence   ARGV[3] format version
+-- Returns 1 when marked, 0 when the caller no longer owns the lease.
+local key = KEYS[1]
+local rec, bad = load(key, ARGV[3])
+if bad then return redis.error_reply('CORRUPT ' .. bad) end
+if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
+   or rec.fence ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HSET', key, 'effect', 'entered', 'updated_at', now_ms())
+return 1
+"""
+
 _PROBE = """
 -- probe (for watch): is the record still RUNNING at the waiter's fence with a live lease?
 -- KEYS[1]  the record hash
@@ -294,6 +326,7 @@ _RENEW_SCRIPT = _Script.of(_RENEW)
 _COMPLETE_SCRIPT = _Script.of(_COMPLETE)
 _RELEASE_SCRIPT = _Script.of(_RELEASE)
 _ABANDON_SCRIPT = _Script.of(_ABANDON)
+_MARK_EFFECT_SCRIPT = _Script.of(_MARK_EFFECT)
 _PROBE_SCRIPT = _Script.of(_PROBE)
 _DELETE_SCRIPT = _Script.of(_DELETE)
 
@@ -347,8 +380,10 @@ def _claim_args(
     ttl_ms: int,
     on_expired: ExpiredPolicy,
     meta: Mapping[str, str] | None,
+    boundary: bool = False,
 ) -> list[Any]:
     args: list[Any] = [owner, fingerprint, lease_ms, ttl_ms, on_expired, _VERSION]
+    args.append(1 if boundary else 0)
     if meta:
         for name, value in meta.items():
             args += (name, value)
@@ -382,6 +417,7 @@ def _to_claim(reply: Any, key: str) -> Claim:
             failed=reply[4] == 1,
             payload=reply[5] if len(reply) > 5 and outcome is ClaimOutcome.REPLAY else None,
             reason=_REASONS[reply[6]] if len(reply) > 6 else None,
+            entered=len(reply) > 7 and reply[7] == 1,
         )
     except (KeyError, IndexError, TypeError) as exc:
         raise CorruptRecordError(f"unexpected claim reply {reply!r}", key=key) from exc
@@ -431,6 +467,7 @@ def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
             updated_at=ints[b"updated_at"],
             version=FORMAT_VERSION,
             meta=meta,
+            effect=_EFFECTS[fields.get(b"effect", b"unmarked")],
         )
     except (KeyError, ValueError, AttributeError, TypeError) as exc:
         raise CorruptRecordError(

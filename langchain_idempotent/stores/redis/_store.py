@@ -107,11 +107,13 @@ from ._clients import (
     _translate,
 )
 from ._describe import describe_servers, time_ms
+from ._listing import ascan, oldest_first, scan
 from ._scripts import (
     _ABANDON_SCRIPT,
     _CLAIM_SCRIPT,
     _COMPLETE_SCRIPT,
     _DELETE_SCRIPT,
+    _MARK_EFFECT_SCRIPT,
     _PROBE_SCRIPT,
     _RAW,
     _RELEASE_SCRIPT,
@@ -125,13 +127,14 @@ from ._scripts import (
     _to_claim,
     _to_completion,
     _to_record,
-    _to_records,
 )
 
 __all__ = ["RedisIdempotencyStore"]
 
 #: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
-_WRITTEN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.OWNED})
+_WRITTEN = frozenset(
+    {ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.RETRY, ClaimOutcome.OWNED}
+)
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -341,15 +344,15 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
-        reply, acks = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
-        claim = _to_claim(reply, key)
-        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+        claim, unacked = self._after_claim(key, *self._eval_acked(_CLAIM_SCRIPT, key, args, wait))
+        if unacked is not None:
             with contextlib.suppress(StoreUnavailableError):
                 self.release(key, owner=owner, fence=claim.fence)
-            raise self._durability.error("claim", key, acks)
+            raise unacked
         return claim
 
     async def aclaim(
@@ -362,16 +365,34 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         on_expired: ExpiredPolicy = "takeover",
         meta: Mapping[str, str] | None = None,
+        boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta)
+        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
-        reply, acks = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
-        claim = _to_claim(reply, key)
-        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+        replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
+        claim, unacked = self._after_claim(key, *replied)
+        if unacked is not None:
             with contextlib.suppress(StoreUnavailableError):
                 await self.arelease(key, owner=owner, fence=claim.fence)
-            raise self._durability.error("claim", key, acks)
+            raise unacked
         return claim
+
+    def _after_claim(
+        self, key: str, reply: Any, acks: int | None
+    ) -> tuple[Claim, StoreUnavailableError | None]:
+        """The claim, and the error to raise after releasing it when it wrote the record
+        but too few replicas acknowledged that (``replicas=``; see "Durability")."""
+        claim = _to_claim(reply, key)
+        if self._durability.short(acks) and claim.outcome in _WRITTEN:
+            return claim, self._durability.error("claim", key, acks)
+        return claim, None
+
+    def _after_complete(self, key: str, payload: bytes, reply: Any, acks: int | None) -> Completion:
+        """The completion; raises when it stored the result but too few replicas have it."""
+        completion = _to_completion(reply, payload, key)
+        if self._durability.short(acks) and completion.stored:
+            raise self._durability.error("completion", key, acks)
+        return completion
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
@@ -394,10 +415,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
         wait = self._durability.wait
         reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        completion = _to_completion(reply, payload, key)
-        if self._durability.short(acks) and completion.stored:
-            raise self._durability.error("completion", key, acks)
-        return completion
+        return self._after_complete(key, payload, reply, acks)
 
     async def acomplete(
         self,
@@ -414,10 +432,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
         wait = self._durability.wait
         reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        completion = _to_completion(reply, payload, key)
-        if self._durability.short(acks) and completion.stored:
-            raise self._durability.error("completion", key, acks)
-        return completion
+        return self._after_complete(key, payload, reply, acks)
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         return bool(self._eval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
@@ -434,6 +449,20 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
         return bool(await self._aeval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        args, wait = (owner, fence, _VERSION), self._durability.wait
+        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
+        if self._durability.short(acks) and reply == 1:
+            raise self._durability.error("side-effect mark", key, acks)
+        return bool(reply)
+
+    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        args, wait = (owner, fence, _VERSION), self._durability.wait
+        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
+        if self._durability.short(acks) and reply == 1:
+            raise self._durability.error("side-effect mark", key, acks)
+        return bool(reply)
 
     def get(self, key: str) -> Record | None:
         try:
@@ -526,24 +555,13 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         limit: int | None = None,
     ) -> builtins.list[Record]:
         """Records whose meta match, oldest first: ``SCAN`` (every primary on a Cluster)."""
-
-        def scan() -> builtins.list[Record]:
-            out: builtins.list[Record] = []
-            client = self._sync()
-            batch: builtins.list[Any] = []
-            for rkey in client.scan_iter(match=self._pattern(), count=500, _type="hash"):
-                batch.append(rkey)
-                if len(batch) >= 256:
-                    out += self._fetch(client, batch, namespace, thread_id)
-                    batch = []
-            if batch:
-                out += self._fetch(client, batch, namespace, thread_id)
-            return out
-
         try:
-            return _oldest_first(self._clients.retrying(scan), limit)
+            found = self._clients.retrying(
+                lambda: scan(self._sync(), self._head, namespace, thread_id)
+            )
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, None) from exc
+        return oldest_first(found, limit)
 
     async def alist(
         self,
@@ -552,51 +570,19 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
-
-        async def scan() -> builtins.list[Record]:
-            out: builtins.list[Record] = []
-            client = self._async()
-            batch: builtins.list[Any] = []
-            async for rkey in client.scan_iter(match=self._pattern(), count=500, _type="hash"):
-                batch.append(rkey)
-                if len(batch) >= 256:
-                    out += await self._afetch(client, batch, namespace, thread_id)
-                    batch = []
-            if batch:
-                out += await self._afetch(client, batch, namespace, thread_id)
-            return out
-
         try:
-            return _oldest_first(await self._clients.aretrying(scan), limit)
+            found = await self._clients.aretrying(
+                lambda: ascan(self._async(), self._head, namespace, thread_id)
+            )
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, None) from exc
+        return oldest_first(found, limit)
 
     async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
         n = 0
         for rec in await self.alist(namespace=namespace, thread_id=thread_id):
             n += await self.adelete(rec.key)
         return n
-
-    def _pattern(self) -> str:
-        return _glob_escape(self._head) + "*}"
-
-    def _fetch(
-        self, client: Any, rkeys: builtins.list[Any], namespace: str | None, thread_id: str | None
-    ) -> builtins.list[Record]:
-        pipe = client.pipeline(transaction=False)
-        for rkey in rkeys:
-            pipe.execute_command("HGETALL", rkey, **_RAW)
-        replies = pipe.execute(raise_on_error=False)
-        return _to_records(self._head, rkeys, replies, namespace, thread_id)
-
-    async def _afetch(
-        self, client: Any, rkeys: builtins.list[Any], namespace: str | None, thread_id: str | None
-    ) -> builtins.list[Record]:
-        pipe = client.pipeline(transaction=False)
-        for rkey in rkeys:
-            pipe.execute_command("HGETALL", rkey, **_RAW)
-        replies = await pipe.execute(raise_on_error=False)
-        return _to_records(self._head, rkeys, replies, namespace, thread_id)
 
     # -- closing ------------------------------------------------------------------------
 
@@ -659,15 +645,6 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
 
 # -- helpers -----------------------------------------------------------------------------
-
-
-def _oldest_first(records: list[Record], limit: int | None) -> list[Record]:
-    records.sort(key=lambda r: r.created_at)
-    return records[:limit] if limit is not None else records
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _watching(deadline: float) -> Generator[float | Literal["probe"], Any, None]:

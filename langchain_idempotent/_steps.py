@@ -1,0 +1,104 @@
+"""The steps :meth:`Engine._flow <langchain_idempotent.engine.Engine._flow>` yields to its
+driver, and what the drivers answer: plain frozen data, no behaviour.
+
+The flow yields a step (claim, watch, run, complete, release, abandon, reconcile); the
+sync or async driver performs it and sends back its answer (a ``Claim``, an
+:class:`_Outcome`, a ``Completion``, ...). In transactional mode the run step's
+:class:`_Outcome` carries the open transaction, and the flow hands it back to the
+complete (or release) step, so it travels with the steps rather than beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .context import IdempotencyContext
+from .events import EventHook
+from .reconcile import ReconcileCall, Reconciler
+from .record import UncertainReason
+
+
+class _ClaimStep:
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _WatchStep:
+    fence: int
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class _RunStep:
+    #: ``protected=False`` (fence 0, no lease) when the tool runs unprotected (fail open).
+    ctx: IdempotencyContext
+
+
+@dataclass(frozen=True, slots=True)
+class _CompleteStep:
+    ctx: IdempotencyContext
+    payload: bytes
+    failed: bool
+    #: Transactional mode: the run's open transaction the completion joins (``None``: a
+    #: failure to record, or a reconciled result, in a transaction of its own).
+    txn: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class _ReleaseStep:
+    ctx: IdempotencyContext
+    #: Transactional mode: the run's open transaction, rolled back with the release.
+    txn: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class _AbandonStep:
+    ctx: IdempotencyContext
+    reason: UncertainReason
+
+
+@dataclass(frozen=True, slots=True)
+class _ReconcileStep:
+    hook: Reconciler
+    call: ReconcileCall
+
+
+_Step = (
+    _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
+) | _ReconcileStep
+_CLAIM = _ClaimStep()
+#: The claim's ``boundary`` argument, passed only when set (a store written before the
+#: side-effect mark still serves every tool that does not mark one).
+_BOUNDARY: dict[bool, dict[str, bool]] = {False: {}, True: {"boundary": True}}
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What the run step answers: the action's value or exception, and in transactional
+    mode the transaction still open after a successful run (for the complete step)."""
+
+    value: Any = None
+    exc: BaseException | None = None
+    txn: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A final answer found before running (a replay, a reconciled result)."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    key: str
+    fingerprint: str
+    owner: str
+    tool: str | None
+    meta: Mapping[str, str] | None
+    observer: EventHook | None
+    reconcile: Reconciler | None
+    args: Mapping[str, Any]
+    thread_id: str | None
