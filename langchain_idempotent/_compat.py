@@ -94,7 +94,10 @@ __all__ = [
     "idle_connections",
     "injected_args_keys",
     "interrupt_counter",
+    "langgraph_msgpack_default",
     "loud",
+    "safe_msgpack_types",
+    "send_from_args",
     "task_scratchpad",
     "to_args_and_kwargs",
 ]
@@ -364,3 +367,27 @@ def reads_graph_state(hint: Any) -> bool:
         if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
             return True
     return False
+
+
+# -- result storage (_codec) ---------------------------------------------------------------
+
+
+def safe_msgpack_types() -> frozenset[tuple[str, str]]:
+    """LangGraph's own allow-list of ``(module, name)`` a checkpoint may revive."""
+    from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
+
+    return frozenset((str(m), str(n)) for m, n, *_ in SAFE_MSGPACK_TYPES)
+
+
+def langgraph_msgpack_default(obj: Any) -> Any:
+    """LangGraph's msgpack extension for ``obj`` (UUID, Decimal, Enum, datetime, ...)."""
+    from langgraph.checkpoint.serde import jsonplus
+
+    return jsonplus._msgpack_default(obj)
+
+
+def send_from_args(args: Any) -> Any:
+    """A ``Send`` from its stored positional arguments (with its ``timeout``, if any)."""
+    from langgraph.checkpoint.serde import jsonplus
+
+    return jsonplus._send_from_args(args)

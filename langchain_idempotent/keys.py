@@ -81,6 +81,7 @@ __all__ = [
     "KeyExplanation",
     "KeyFunction",
     "Scope",
+    "by_field_name",
     "call_info",
     "calling",
     "derive_key",
@@ -203,11 +204,8 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         fields = schema.model_fields
         if isinstance(tool_input, str):
-            if len(fields) != 1:
-                raise InvalidArgumentsError(
-                    f"a string input needs a tool with exactly one argument, not {len(fields)}"
-                )
-            tool_input = {next(iter(fields)): tool_input}
+            # As LangChain does: a string is the first argument (``""`` for a tool with none).
+            tool_input = {next(iter(fields)): tool_input} if fields else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
         return json_arguments(schema.model_validate(visible), set(fields))
     if isinstance(tool_input, str):
@@ -216,6 +214,41 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
     if isinstance(props, Mapping):
         return {k: v for k, v in tool_input.items() if k in props}
     return dict(tool_input)
+
+
+def by_field_name(args_schema: Any, tool_input: Any) -> Any:
+    """``tool_input`` with every argument passed by an alias of ``args_schema`` (``alias``,
+    ``validation_alias``, an ``AliasChoices`` choice, an ``AliasPath``'s first step)
+    renamed to its field name, as the tool will see it. The model-visible schema LangChain
+    derives drops aliases, so the key is made from the field names."""
+    if not (isinstance(args_schema, type) and issubclass(args_schema, BaseModel)):
+        return tool_input
+    if not isinstance(tool_input, Mapping):
+        return tool_input
+    names = _field_names_by_alias(args_schema)
+    if not names:
+        return tool_input
+    renamed = dict(tool_input)
+    for key in tool_input:
+        name = names.get(key)
+        if name is not None and name not in renamed:
+            renamed[name] = renamed.pop(key)
+    return renamed
+
+
+def _field_names_by_alias(schema: type[BaseModel]) -> dict[str, str]:
+    from pydantic import AliasChoices, AliasPath
+
+    names: dict[str, str] = {}
+    for name, info in schema.model_fields.items():
+        for alias in (info.alias, info.validation_alias):
+            choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+            for choice in choices:
+                if isinstance(choice, AliasPath) and isinstance(choice.path[0], str):
+                    choice = choice.path[0]
+                if isinstance(choice, str) and choice != name:
+                    names.setdefault(choice, name)
+    return names
 
 
 def _thread_id(config: RunnableConfig) -> str | None:

@@ -1,23 +1,28 @@
-"""Results as bytes: LangGraph's ``JsonPlusSerializer`` in strict mode, never pickle.
+"""Results as bytes: LangGraph's msgpack encoding, decoded strictly, never pickle.
 
-A payload is ``<tag>\\n<data>`` where the tag is the serializer's type (``msgpack``,
-``null``, ``bytes``, ``bytearray``) or ``tuple`` for a top-level tuple (``(content,
-artifact)``). Only LangGraph's safe types (messages, ``Command``, datetimes, UUIDs, ...)
-and the types a user allows (enums, pydantic models, dataclasses) are revived.
+A payload is ``<tag>\\n<data>`` where the tag is ``msgpack``, ``null``, ``bytes`` or
+``bytearray`` (``tuple`` in records written before tuples had an extension of their
+own). The codec (:mod:`._codec`) writes LangGraph's ``JsonPlusSerializer`` extensions plus
+four of ours (tuples, zoned datetimes, plain objects, pydantic models by field) and reads
+back only the types on the allow-list: LangGraph's safe types (messages, ``Command``,
+datetimes, UUIDs, ...) and the ones a user allows (``allowed_types=``: enums, pydantic
+models, dataclasses, plain classes).
 
-Every result is decoded once at write time and compared with the original *by type and
-value*, all the way down: a ``str``-``Enum`` member that would come back as a plain
-``str`` is refused, as is anything else that would not replay as itself (nested tuples
-are the one tolerated change: they come back as lists). ``NaN`` and infinities are stored
-and replay as themselves. A refused result raises :class:`UnstorableResultError` (or
+One rule: a replay returns the same type and value as the first answer, all the way down,
+or the first call is refused. Every result is decoded once at write time and compared with
+the original *by type and value* (``tuple`` is not ``list``, a ``ZoneInfo`` is not its
+offset, ``NaN`` is itself). A refused result raises :class:`UnstorableResultError` (or
 :class:`ResultTooLargeError`), whose message names our option (``allowed_types=``) and,
-when the key is known, the command that clears the record; LangGraph's own "Blocked
-deserialization" log line for that trial decode is kept out of the logs. The engine stores
-the error in the result's place, and :meth:`StoredFailure.rebuild` raises it again, same
-type and message, on every replay.
+when the key is known, the command that clears the record. The engine stores the error in
+the result's place, and :meth:`StoredFailure.rebuild` raises it again, same type and
+message, on every replay.
 
-A record whose payload cannot be decoded raises :class:`CorruptRecordError`; a ``pickle``
-tag is refused outright — decoding never imports or calls user code beyond the allow-list.
+A record that does not decode as what was stored — a type missing from this worker's
+``allowed_types`` (a rolling deploy, a renamed class), a constructor outside the allow-list
+(a tampered record), a malformed payload, a ``pickle`` tag — raises
+:class:`CorruptRecordError` naming the type, the key, the option and ``langchain-idempotent
+delete KEY``; never a ``dict`` or a bare inner argument, and no code outside the allow-list
+runs.
 
 Failures (exceptions the user marks terminal) are stored as a small map of the
 exception's type, message and string arguments, and re-raised from that on replay.
@@ -26,18 +31,16 @@ exception's type, message and string arguments, and re-raised from that on repla
 from __future__ import annotations
 
 import dataclasses
-import logging
+import datetime as _dt
 import math
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Iterable
 from decimal import Decimal
 from enum import Enum
 from typing import Any
 
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel
 
+from ._codec import Codec, Refused, is_plain
 from ._limits import DEFAULT_MAX_RESULT_BYTES
 from .errors import CorruptRecordError, ResultTooLargeError, UnstorableResultError
 
@@ -50,31 +53,6 @@ _UNSTORABLE: dict[str, type[UnstorableResultError]] = {
     f"{cls.__module__}:{cls.__qualname__}": cls
     for cls in (UnstorableResultError, ResultTooLargeError)
 }
-
-# -- LangGraph's advice stays out of our refusals ----------------------------------------
-# Decoding a type outside the allow-list makes LangGraph log "Blocked deserialization of
-# ... Add to allowed_msgpack_modules", naming its setting. During the trial decode at write
-# time the refusal is ours to explain (it names ``allowed_types=``), so that line is
-# dropped, in this thread or task only.
-
-_trial_decode: ContextVar[bool] = ContextVar("langchain_idempotent_trial_decode", default=False)
-
-
-class _DropBlockedWarningDuringTrial(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (_trial_decode.get() and str(record.msg).startswith("Blocked deserialization"))
-
-
-logging.getLogger("langgraph.checkpoint.serde.jsonplus").addFilter(_DropBlockedWarningDuringTrial())
-
-
-@contextmanager
-def _trial() -> Iterator[None]:
-    token = _trial_decode.set(True)
-    try:
-        yield
-    finally:
-        _trial_decode.reset(token)
 
 
 class StoredFailure:
@@ -123,12 +101,7 @@ class ResultSerializer:
         allowed_types: Iterable[type | tuple[str, str]] = (),
         max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
-        allowed = [
-            t if isinstance(t, tuple) else (t.__module__, t.__qualname__) for t in allowed_types
-        ]
-        self._serde = JsonPlusSerializer(
-            pickle_fallback=False, allowed_msgpack_modules=allowed or None
-        )
+        self._codec = Codec(allowed_types)
         self.max_bytes = max_bytes
 
     # -- results -----------------------------------------------------------------------
@@ -138,6 +111,13 @@ class ResultSerializer:
         as itself (by type and value) and :class:`ResultTooLargeError` if it is too large."""
         try:
             tag, data = self._dump(value)
+        except Refused as exc:
+            raise _refusal(
+                UnstorableResultError,
+                f"the tool result of type {type(value).__name__} cannot be stored"
+                f"{_allow_hint(exc)}",
+                key,
+            ) from exc
         except Exception as exc:
             raise _refusal(
                 UnstorableResultError,
@@ -154,9 +134,15 @@ class ResultSerializer:
                 key,
             )
         try:
-            with _trial():
-                revived = self._load(tag, data, key)
-        except CorruptRecordError as exc:
+            revived = self._decode(tag, data)
+        except Refused as exc:
+            raise _refusal(
+                UnstorableResultError,
+                f"the tool result of type {type(value).__name__} would not replay as "
+                f"itself{_allow_hint(exc)}",
+                key,
+            ) from exc
+        except Exception as exc:
             raise _refusal(
                 UnstorableResultError,
                 f"the tool result of type {type(value).__name__} cannot be stored: "
@@ -171,13 +157,23 @@ class ResultSerializer:
         return payload
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
-        if type(value) is tuple:
-            _, data = self._serde.dumps_typed(list(value))
-            return "tuple", data
-        tag, data = self._serde.dumps_typed(value)
-        if tag not in _TAGS:
-            raise ValueError(f"unsupported encoding {tag!r}")
-        return tag, data
+        if value is None:
+            return "null", b""
+        if type(value) is bytes:
+            return "bytes", value
+        if type(value) is bytearray:
+            return "bytearray", bytes(value)
+        return "msgpack", self._codec.encode(value)
+
+    def _decode(self, tag: str, data: bytes) -> Any:
+        if tag == "null":
+            return None
+        if tag == "bytes":
+            return bytes(data)
+        if tag == "bytearray":
+            return bytearray(data)
+        value = self._codec.decode(data)
+        return tuple(value) if tag == "tuple" else value
 
     def loads(self, payload: bytes | None, *, key: str | None = None) -> Any:
         if payload is None:
@@ -193,9 +189,9 @@ class ResultSerializer:
                 f"refusing to decode a stored payload of type {tag[:40]!r}", key=key
             )
         try:
-            if tag == "tuple":
-                return tuple(self._serde.loads_typed(("msgpack", data)))
-            return self._serde.loads_typed((tag, data))
+            return self._decode(tag, data)
+        except Refused as exc:
+            raise CorruptRecordError(_undecodable(exc, key), key=key) from exc
         except Exception as exc:
             raise CorruptRecordError(
                 f"the stored payload cannot be decoded: {exc}", key=key
@@ -206,7 +202,7 @@ class ResultSerializer:
     def dumps_failure(self, exc: BaseException) -> bytes:
         f = StoredFailure.of(exc)
         doc = {"type": f.type, "message": f.message[:10_000], "args": f.args}
-        return b"msgpack\n" + self._serde.dumps_typed(doc)[1]
+        return b"msgpack\n" + self._codec.encode(doc)
 
     def loads_failure(self, payload: bytes | None, *, key: str | None = None) -> StoredFailure:
         doc = self.loads(payload, key=key)
@@ -223,6 +219,34 @@ class ResultSerializer:
             [str(a) for a in args] if isinstance(args, list) else [],
             key=key,
         )
+
+
+def _allow_hint(exc: Refused) -> str:
+    if exc.type_name is None:
+        return f" ({exc})"
+    short = exc.type_name.rsplit(".", 1)[-1]
+    return (
+        f": it holds a {exc.type_name}, which is not allowed; pass allowed_types=[{short}] "
+        "to idempotent(...) (enums, pydantic models, dataclasses and plain classes a tool "
+        "returns must be allowed)"
+    )
+
+
+def _undecodable(exc: Refused, key: str | None) -> str:
+    """Why a stored payload does not decode as what was stored, and what to do."""
+    delete = f"`langchain-idempotent delete {key}`" if key else "`langchain-idempotent delete KEY`"
+    if exc.type_name is not None:
+        short = exc.type_name.rsplit(".", 1)[-1]
+        return (
+            f"the stored result holds a {exc.type_name}, which this worker does not allow: "
+            f"pass allowed_types=[{short}] to idempotent(...) on every worker that replays "
+            f"key {key} (a rolling deploy or a renamed class), or, if the record was not "
+            f"written by this application, delete it with {delete} so the call runs again"
+        )
+    return (
+        f"the stored result does not decode as what was stored ({exc}); delete the record "
+        f"with {delete} so the call runs again"
+    )
 
 
 def _refusal(
@@ -245,12 +269,15 @@ def _refusal(
 
 def _difference(before: Any, after: Any, where: str) -> str | None:
     """How ``after`` (the decoded copy) differs from ``before`` by type or value, or
-    ``None`` if it replays as itself. Nested tuples may come back as lists (msgpack has
-    one array type); float and ``Decimal`` NaNs count as equal to themselves."""
-    if type(before) is tuple and type(after) is list and where != "result":
-        before = list(before)
+    ``None`` if it replays as itself. A datetime's or time's ``tzinfo`` must be the same
+    kind of zone (a ``ZoneInfo`` is not its current offset); float and ``Decimal`` NaNs
+    count as equal to themselves."""
     if type(after) is not type(before):
         return _type_changed(before, after, where)
+    if isinstance(before, _dt.datetime | _dt.time):
+        zone = _difference(before.tzinfo, after.tzinfo, f"{where}.tzinfo")
+        if zone is not None or before.fold != after.fold:
+            return zone or _value_changed(before, where)
     if isinstance(before, float):
         same = before == after or (math.isnan(before) and math.isnan(after))
         return None if same else _value_changed(before, where)
@@ -280,6 +307,8 @@ def _difference(before: Any, after: Any, where: str) -> str | None:
             _difference(getattr(before, f.name), getattr(after, f.name), f"{where}.{f.name}")
             for f in dataclasses.fields(before)
         )
+    if is_plain(before):
+        return _difference(vars(before), vars(after), f"{where}.__dict__")
     if isinstance(before, set | frozenset) and sorted(map(_type_name, before)) != sorted(
         map(_type_name, after)
     ):

@@ -31,7 +31,14 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config, patch_config
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as as_tool
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from . import _siblings
 from ._call import PendingCall, build_engine, unmemoized_if_error
@@ -43,7 +50,7 @@ from .approval import Verdict, adecide, decide
 from .context import passthrough
 from .engine import Engine
 from .events import EventHook
-from .keys import model_schema
+from .keys import by_field_name, model_schema
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -139,6 +146,23 @@ class IdempotentTool(BaseTool):
     def policy(self) -> Policy:
         return self.engine.policy
 
+    @model_serializer(mode="wrap")
+    def _dump_as_inner(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        """Dumped as the inner tool is (``model_dump(mode="json")`` included: its JSON
+        forms of ``func`` and ``args_schema``); the engine and its store are not data."""
+        return self.inner.model_dump(
+            mode=info.mode,
+            include=info.include,  # type: ignore[arg-type]
+            exclude=info.exclude,  # type: ignore[arg-type]
+            by_alias=bool(info.by_alias),
+            exclude_unset=info.exclude_unset,
+            exclude_defaults=info.exclude_defaults,
+            exclude_none=info.exclude_none,
+            round_trip=info.round_trip,
+        )
+
     def _to_args_and_kwargs(
         self, tool_input: str | dict[str, Any], tool_call_id: str | None
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -147,11 +171,15 @@ class IdempotentTool(BaseTool):
 
     # -- invoke: derive the key, then let BaseTool open the tool run -----------------------
 
-    def _derive(self, tool_input: Any, config: RunnableConfig) -> PendingCall | None:
+    def _derive(
+        self, tool_input: Any, config: RunnableConfig, tool_call_id: str | None = None
+    ) -> PendingCall | None:
         if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
             args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
         else:
-            args, tool_call_id = tool_input, direct_call_id(self.inner, tool_input)
+            args = tool_input
+            tool_call_id = tool_call_id or direct_call_id(self.inner, tool_input)
+        args = by_field_name(self.inner.args_schema, args)
         return PendingCall.derive(
             tool=self.name,
             schema=self.tool_call_schema,
@@ -208,6 +236,64 @@ class IdempotentTool(BaseTool):
         config, token = self._start(input, config, pending)
         try:
             return await super().ainvoke(input, config, **kwargs)
+        finally:
+            _pending.reset(token)
+
+    # -- run / arun called directly (legacy executors, user code): the same key ----------
+
+    def _run_config(self, kwargs: dict[str, Any]) -> RunnableConfig:
+        """The config a direct ``run`` call gives (its ``config``, tags and metadata)."""
+        config = ensure_config(kwargs.get("config"))
+        if kwargs.get("metadata"):
+            config["metadata"] = {**config.get("metadata", {}), **kwargs["metadata"]}
+        return config
+
+    @staticmethod
+    def _run_kwargs(kwargs: dict[str, Any], pending: PendingCall | None) -> dict[str, Any]:
+        if pending is None:
+            return kwargs
+        metadata = {**(kwargs.get("metadata") or {}), "idempotency_key": pending.derived.key}
+        return {**kwargs, "metadata": metadata}
+
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        if _pending.get() is not None:  # from invoke: the key is derived
+            return super().run(tool_input, *args, **kwargs)
+        if self.policy.effect_class == "read":  # as invoke: straight through
+            with passthrough(self.name):
+                return self.inner.run(tool_input, *args, **kwargs)
+        if self._handoff == "rerun":
+            return self.inner.run(tool_input, *args, **kwargs)
+        config = self._run_config(kwargs)
+        pending = self._derive(tool_input, config, kwargs.get("tool_call_id"))
+        if pending is not None:
+            verdict = decide(pending, self.engine, config)
+            if verdict.rejection is not None:
+                return self._rejected(verdict)
+            tool_input, pending = verdict.tool_input, verdict.pending
+        token = _pending.set(pending)
+        try:
+            return super().run(tool_input, *args, **self._run_kwargs(kwargs, pending))
+        finally:
+            _pending.reset(token)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        if _pending.get() is not None:
+            return await super().arun(tool_input, *args, **kwargs)
+        if self.policy.effect_class == "read":
+            with passthrough(self.name):
+                return await self.inner.arun(tool_input, *args, **kwargs)
+        if self._handoff == "rerun":
+            return await self.inner.arun(tool_input, *args, **kwargs)
+        config = self._run_config(kwargs)
+        pending = self._derive(tool_input, config, kwargs.get("tool_call_id"))
+        if pending is not None:
+            verdict = await adecide(pending, self.engine, config)
+            if verdict.rejection is not None:
+                return self._rejected(verdict)
+            tool_input, pending = verdict.tool_input, verdict.pending
+        token = _pending.set(pending)
+        try:
+            return await super().arun(tool_input, *args, **self._run_kwargs(kwargs, pending))
         finally:
             _pending.reset(token)
 
@@ -324,6 +410,9 @@ class IdempotentTool(BaseTool):
 
     def _take_pending(self) -> PendingCall:
         pending = _pending.get()
+        # Taken once: a tool this run calls directly (``other.run(...)``) derives its own.
+        # (BaseTool runs ``_run`` in a copy of the context, so the caller's is untouched.)
+        _pending.set(None)
         if pending is None:
             # Only reachable if the arguments failed our validation but not the tool's.
             raise RuntimeError(

@@ -372,3 +372,18 @@ def test_a_nested_graph_reads_the_outermost_graphs_messages_from_its_checkpoint(
     )
     [messages] = seen
     assert [m.id for m in messages] == ["u-1"], moved("configurable checkpointer / checkpoint_map")
+
+
+def test_langgraphs_msgpack_helpers_that_result_storage_uses_still_exist() -> None:
+    import uuid
+
+    import ormsgpack
+    from langgraph.types import Send
+
+    safe = _compat.safe_msgpack_types()
+    assert ("langchain_core.messages.tool", "ToolMessage") in safe, moved("SAFE_MSGPACK_TYPES")
+    assert ("zoneinfo", "ZoneInfo") in safe, moved("SAFE_MSGPACK_TYPES")
+    ext = _compat.langgraph_msgpack_default(uuid.UUID(int=1))
+    assert isinstance(ext, ormsgpack.Ext), moved("jsonplus._msgpack_default")
+    send = _compat.send_from_args(["node", {"x": 1}])
+    assert isinstance(send, Send) and send.node == "node", moved("jsonplus._send_from_args")
