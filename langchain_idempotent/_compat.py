@@ -161,9 +161,10 @@ def forked_from(config: RunnableConfig) -> str | None:
     return str(checkpoint_id)
 
 
-def graph_state_messages(config: RunnableConfig) -> Any:
-    """The ``messages`` channel of the running graph's state, or ``None`` outside a graph."""
-    read = (config.get("configurable") or {}).get(PREGEL_READ)
+def graph_state_messages(config: RunnableConfig | None) -> Any:
+    """The ``messages`` channel of the running graph's state, or ``None`` outside a graph
+    (also for a tool's ``run()`` called with no config at all)."""
+    read = ((config or {}).get("configurable") or {}).get(PREGEL_READ)
     if read is None:
         return None
     try:

@@ -128,15 +128,16 @@ BY_DESIGN: dict[tuple[str, str], dict[str, str]] = {
 }
 
 
-#: Failures that are defects, not design, tracked elsewhere: reported, not failing the run.
-KNOWN_DEFECTS: dict[tuple[str, str], dict[str, str]] = {
-    ("prebuilt", "thread"): {
-        f"{_TN}test_tool_node_command_list_input": (
-            "issue 18 R4 (the nested branch's re-stamp): a replayed Command(update=[ToolMessage]) "
-            "keeps the first call's id and loses the name; passes alone, fails in the full run"
-        ),
-    },
+#: By-design failures that do not end: the agent loops on the replayed answer, its state
+#: growing every turn until the machine runs out of memory (24 GiB; capped, msgpack aborts
+#: the whole process). They are deselected and counted as failed by design, unrun.
+LOOPS: dict[tuple[str, str], set[str]] = {
+    ("prebuilt", "thread"): {t for t in _PREBUILT_THREAD if "test_react_agent_update_state" in t},
 }
+
+
+#: Failures that are defects, not design, tracked elsewhere: reported, not failing the run.
+KNOWN_DEFECTS: dict[tuple[str, str], dict[str, str]] = {}
 
 
 def installed(dist: str) -> str:
@@ -174,9 +175,26 @@ def fetch(suite: Suite, cache: Path) -> Path:
     return root
 
 
+#: Address space for one suite's pytest process. Under ``thread`` scope a test that expected
+#: its tool to run again can loop instead, its state growing each turn; capped, it fails with
+#: a MemoryError (it is on the by-design list) instead of the machine's OOM killer ending
+#: the whole run (24 GiB were reached uncapped).
+MEMORY_CAP = 6 * 1024**3
+
+
+def _cap_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
 def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> tuple[dict[str, str], int]:
-    """Run one suite in one mode; the outcome of every test (passed / failed / skipped)."""
+    """Run one suite in one mode; the outcome of every test (passed / failed / skipped;
+    ``looped`` for the :data:`LOOPS`, deselected)."""
+    loops = sorted(LOOPS.get((suite.name, mode), set()))
+    extra = [*extra, *(arg for t in loops for arg in ("--deselect", t))]
     report = root / f"report-{mode}.xml"
+    report.unlink(missing_ok=True)  # a run that dies must not be judged by an old report
     env = {
         **os.environ,
         # A test that loops under thread scope (a replay where it expected an interrupt)
@@ -193,8 +211,8 @@ def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> tuple[dict[str
         *suite.tests, *extra,
     ]  # fmt: skip
     print(f"\n== {suite.name} ({suite.dist} {installed(suite.dist)}), mode {mode}", flush=True)
-    code = subprocess.run(cmd, cwd=root, env=env).returncode
-    outcomes: dict[str, str] = {}
+    code = subprocess.run(cmd, cwd=root, env=env, preexec_fn=_cap_memory).returncode
+    outcomes: dict[str, str] = dict.fromkeys(loops, "looped")
     if report.exists():
         for case in ET.parse(report).iter("testcase"):
             path = case.get("classname", "").replace(".", "/")
@@ -224,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         root = fetch(suite, args.cache.resolve())
         for mode in modes:
             outcomes, code = run(suite, mode, root, args.pytest_args)
-            failed = {t for t, o in outcomes.items() if o == "failed"}
+            failed = {t for t, o in outcomes.items() if o in ("failed", "looped")}
             expected = set(BY_DESIGN[(suite.name, mode)])
             known = set(KNOWN_DEFECTS.get((suite.name, mode), {}))
             passed = sum(o == "passed" for o in outcomes.values())
@@ -232,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{suite.name:8} {mode:6}  {passed}/{len(outcomes)} passed"
                 f"  ({len(failed & expected)} fail by design)"
             )
+            for t in sorted(t for t, o in outcomes.items() if o == "looped"):
+                lines.append(f"  not run (loops by design) {t}")
             for t in sorted(failed & known):
                 lines.append(f"  known defect {t}")
             for t in sorted(failed - expected - known):
