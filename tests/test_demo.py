@@ -406,8 +406,13 @@ def test_a_worker_killed_before_its_post_is_a_free_retry_not_a_reconciled_takeov
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_same_seeded_faults_hit_every_mode(small_batch: dict[str, Any]) -> None:
-    for kind in ("worker_kill", "kill_before_refund", "duplicate_delivery"):
+    for kind in ("worker_kill", "duplicate_delivery"):
         assert len({small_batch[m]["faults"][kind] for m in small_batch}) == 1, kind
+    # The seed arms the kill-before-the-POST for the same tickets in every mode, but it fires
+    # only where the armed delivery reaches the POST: in a protected mode a concurrent
+    # duplicate delivery may finish that refund first, and the armed one then replays it.
+    for m in small_batch:
+        assert small_batch[m]["faults"]["kill_before_refund"] > 0, m
 
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
