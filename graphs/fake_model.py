@@ -38,12 +38,24 @@ from pydantic import ConfigDict, PrivateAttr
 
 from .faults import chance
 
-__all__ = ["ScriptedRefundModel", "UpstreamGatewayError", "parse_ticket"]
+__all__ = ["ScriptedRefundModel", "UpstreamGatewayError", "escalated", "parse_ticket"]
 
 _TICKET = re.compile(r"\bT-\d+\b")
 _CUSTOMER = re.compile(r"\bC-\d+\b")
 _INVOICE = re.compile(r"\bINV-\d+\b")
 _AMOUNT = re.compile(r"\$(\d+(?:\.\d{1,2})?)")
+
+
+_ESCALATING = "; escalating "
+
+
+def _escalation(tool: str, failures: int, ticket_id: str) -> str:
+    return f"{tool} failed {failures} times{_ESCALATING}{ticket_id} to a human."
+
+
+def escalated(messages: Sequence[BaseMessage]) -> bool:
+    """Whether a model here gave the ticket up to a human after a tool kept failing."""
+    return any(m.type == "ai" and _ESCALATING in str(m.content) for m in messages)
 
 
 class UpstreamGatewayError(Exception):
@@ -173,10 +185,7 @@ class ScriptedRefundModel(BaseChatModel):
             if name in done:
                 continue
             if failures[name] >= self.max_tool_retries:
-                return AIMessage(
-                    content=f"{name} failed {failures[name]} times; escalating "
-                    f"{ticket['ticket_id']} to a human."
-                )
+                return AIMessage(content=_escalation(name, failures[name], ticket["ticket_id"]))
             if name == "issue_refund" and drift:
                 self._fault("arg_drift")
                 if isinstance(args["amount"], int):

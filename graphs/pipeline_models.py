@@ -35,7 +35,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
 
-from .fake_model import ScriptedRefundModel, UpstreamGatewayError
+from .fake_model import ScriptedRefundModel, UpstreamGatewayError, _escalation
 
 __all__ = ["AGENTS", "ScriptedSpecialist", "ScriptedSupervisor"]
 
@@ -143,9 +143,7 @@ class ScriptedSpecialist(_Scripted):
                 return AIMessage(content=str(m.content), name=self.role)
         if failures >= self.max_tool_retries:
             return AIMessage(
-                content=f"{tool} failed {failures} times; escalating {ticket['ticket_id']} "
-                "to a human.",
-                name=self.role,
+                content=_escalation(tool, failures, ticket["ticket_id"]), name=self.role
             )
         if self.role == "triage":
             return _call(tool, {"invoice_id": ticket["invoice_id"]})

@@ -113,6 +113,7 @@ _ROWS: list[tuple[str, Any]] = [
     ("tickets", lambda r: r.tickets),
     ("tickets completed", lambda r: r.tickets_completed),
     ("tickets given up", lambda r: r.tickets_given_up),
+    ("tickets escalated to a human", lambda r: r.counters.get("escalated", 0)),
     ("refunds expected", lambda r: r.ledger.refunds_expected),
     ("refunds executed at the provider", lambda r: r.ledger.refunds_executed),
     ("duplicate refunds", lambda r: r.ledger.duplicate_refunds),

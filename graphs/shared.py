@@ -53,6 +53,7 @@ COUNTERS = (
     "lease_lost",
     "stale_completion",
     "lock_contention",
+    "escalated",
     "cpu_ms",
 )
 

@@ -34,7 +34,7 @@ from langgraph.graph import MessagesState
 from langchain_idempotent import BaseIdempotencyStore, IdempotencyEvent, SqliteIdempotencyStore
 from langchain_idempotent.stores import parse_store_url
 
-from .fake_model import ScriptedRefundModel
+from .fake_model import ScriptedRefundModel, escalated
 from .faults import chance
 from .reference import RedisKV, ReferenceIdempotency, ReferenceIdempotentTool, ReferenceKV, SqliteKV
 from .refund_agent import RefundAgent, build_refund_agent, sqlite_checkpointer
@@ -272,7 +272,11 @@ def worker_main(cfg: WorkerConfig, slot: int, tasks: Queue[Any], shared: Shared)
         )
         kill.armed = kill.armed_before = False
         if ok:
+            first = shared.status[index] != DONE  # a duplicate delivery may have finished it
             shared.status[index] = DONE
+            final = agent.get_state({"configurable": {"thread_id": cfg.thread_id(ticket)}})
+            if first and escalated(final.values.get("messages", ())):
+                shared.count(slot, "escalated")  # a tool kept failing: handed to a human
         elif shared.status[index] != DONE:
             shared.status[index] = FAILED
         shared.current[slot] = -1

@@ -441,7 +441,25 @@ def test_without_protection_the_same_faults_pay_refunds_twice(small_batch: dict[
     assert ledger["duplicate_refunds"] > 0
     assert ledger["over_credited_cents"] > 0
     assert ledger["customers_affected"] > 0
-    assert ledger["refunds_executed"] == ledger["refunds_expected"] + ledger["duplicate_refunds"]
+    # Every refund beyond those owed is a duplicate; an owed refund may be missing only where
+    # the refund kept failing (seeded 502s, shared by the concurrent copies) and the model
+    # handed the ticket to a human, or the worker loop gave up on it.
+    none = small_batch["none"]
+    excused = none["counters"]["escalated"] + none["tickets_given_up"]
+    assert ledger["missing_refunds"] <= excused
+
+
+@pytest.mark.slow  # a real multi-process batch: pytest -m slow
+def test_a_refund_that_keeps_failing_is_escalated_and_counted_not_silently_missing(
+    tmp_path: Path,
+) -> None:
+    args = [*SMALL_BATCH]
+    args[args.index("--provider-502") + 1] = "0.7"
+    args[args.index("--tickets") + 1] = "12"
+    assert main([*args, "--out", str(tmp_path), "--protection", "none"]) == 0
+    (report,) = tmp_path.glob("refund-batch-*.json")
+    none = json.loads(report.read_text())["modes"]["none"]
+    assert 0 < none["ledger"]["missing_refunds"] <= none["counters"]["escalated"]
 
 
 @pytest.mark.redis
