@@ -25,7 +25,7 @@ import pytest
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import ClaimOutcome, Completion, State
 from langchain_idempotent.stores import SqliteIdempotencyStore
-from langchain_idempotent.stores import sqlite as sqlite_module
+from langchain_idempotent.stores.sqlite import _store as sqlite_module
 from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 LONG_MS = 60_000

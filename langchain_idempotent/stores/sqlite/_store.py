@@ -25,7 +25,8 @@ Spec:
   kept per table in ``langchain_idempotent_schema``; a table written by a newer schema is
   refused with :class:`~langchain_idempotent.errors.StoreUnavailableError`. Version 2 adds
   the ``effect`` column (the side-effect mark); a version-1 table is migrated in place
-  (``ALTER TABLE ... ADD COLUMN``, its rows ``unmarked``).
+  (``ALTER TABLE ... ADD COLUMN``, its rows ``unmarked``). Columns and schema:
+  :mod:`._schema`.
 - **Durability.** WAL journal with ``synchronous=NORMAL`` by default: a committed record
   survives the crash of any process, but the last transactions before a power loss or OS
   crash can roll back (the WAL is fsynced at checkpoints, not at every commit); the file
@@ -37,7 +38,8 @@ Spec:
   carrying the key, chained with ``raise ... from``. The store fails closed.
 - **Connections.** Opened lazily, pooled (at most 8 idle), each used by one thread at a
   time. Constructing a store touches no file. After ``fork()`` the child opens its own
-  connections; the parent's are never used *or closed* in the child (SQLite forbids both).
+  connections; the parent's are never used *or closed* in the child (SQLite forbids both)
+  (:mod:`._connections`).
 - **Wake-ups.** ``watch`` wakes at once for a completion, release, abandon or delete made through
   any store object of this process on the same key, and polls the file with backoff
   (2 ms doubling up to ``poll_interval``, default 50 ms) for changes made by other
@@ -51,12 +53,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import dataclasses
 import itertools
-import json
 import logging
 import os
-import pathlib
 import re
 import sqlite3
 import threading
@@ -67,9 +66,9 @@ from datetime import timedelta
 from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .._durations import to_seconds
-from ..errors import CorruptRecordError, StoreUnavailableError
-from ..protocol import (
+from ..._durations import to_seconds
+from ...errors import StoreUnavailableError
+from ...protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
@@ -77,51 +76,24 @@ from ..protocol import (
     decide_release,
     decide_renew,
 )
-from ..record import (
-    FORMAT_VERSION,
-    Claim,
-    Completion,
-    ExpiredPolicy,
-    Record,
-    State,
-    UncertainReason,
-)
-from ._wakeup import Wakeup, awatch_polling, watch_polling
-from .base import BaseIdempotencyStore, ClaimRequest
+from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
+from .._wakeup import Wakeup, awatch_polling, watch_polling
+from ..base import BaseIdempotencyStore, ClaimRequest
+from ._connections import Pool
+from ._describe import describe_file
+from ._schema import COLUMNS, ensure_schema, expired, live, rollback, write_row
 
 __all__ = ["SqliteIdempotencyStore"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("langchain_idempotent.stores.sqlite")
 _T = TypeVar("_T")
 
-#: Version of the table layout below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 2
-_SCHEMA_TABLE = "langchain_idempotent_schema"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-#: The record's columns: the fields of ``Record``, in order.
-_FIELDS = tuple(f.name for f in dataclasses.fields(Record))
-_COLUMNS = ", ".join(_FIELDS)
-_TYPES = {
-    "owner": str,
-    "fingerprint": str,
-    "meta": str,
-    "fence": int,
-    "lease_until": int,
-    "attempt": int,
-    "created_at": int,
-    "updated_at": int,
-    "effect": str,
-}
-_EFFECTS = ("unmarked", "before", "entered")
 _SWEEP_EVERY = 64
 _SWEEP_LIMIT = 256
-_MAX_IDLE = 8
 _FIRST_POLL = 0.002
-_STATES = {s.value: s for s in State}
 
-# Connections inherited across fork(): the child must neither use nor close them (closing
-# can delete files from under the parent), so they are kept referenced here for good.
-_ABANDONED: list[sqlite3.Connection] = []
+# Every store of this process, to forget its inherited connections in a forked child.
 _STORES: weakref.WeakSet[SqliteIdempotencyStore] = weakref.WeakSet()
 # One wake-up hub per (file, table) in this process, shared by every store object on it.
 _WAKEUPS: dict[tuple[str, str], Wakeup] = {}
@@ -174,11 +146,12 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         self._clock = clock
         self._writes = itertools.count(1)
         self._schema_ready = False
-        self._generation = 0
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._idle: list[_Conn] = []
-        self._busy: set[_Conn] = set()
+        self._pool = Pool(
+            self._path,
+            busy_timeout=self._busy_timeout,
+            synchronous=self._synchronous,
+            prepare=self._prepare,
+        )
         self._wakeup = _wakeup_for(self._path, table)
         _STORES.add(self)
 
@@ -278,9 +251,9 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
 
     def _claim_in(self, db: sqlite3.Connection, r: ClaimRequest, now: int) -> Claim:
         row = db.execute(
-            f"SELECT {_COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (r.key,)
+            f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (r.key,)
         ).fetchone()
-        rec, _ = self._live(r.key, row, now)
+        rec, _ = live(r.key, row, now, self._table)
         answer, new = decide_claim(
             rec,
             key=r.key,
@@ -293,7 +266,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
             boundary=r.boundary,
         )
         if new is not None:
-            self._write(db, new, now + max(r.ttl_ms, r.lease_ms))
+            write_row(db, self._table, new, now + max(r.ttl_ms, r.lease_ms))
         elif row is not None and rec is None:
             db.execute(f"DELETE FROM {self._table} WHERE key = ?", (r.key,))  # expired
         return answer
@@ -367,9 +340,9 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
     def get(self, key: str) -> Record | None:
         with self._connection(key) as db:
             row = db.execute(
-                f"SELECT {_COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
+                f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
             ).fetchone()
-        return self._live(key, row, self.now_ms())[0]
+        return live(key, row, self.now_ms(), self._table)[0]
 
     # -- watch ---------------------------------------------------------------------------
 
@@ -403,7 +376,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                 f"SELECT expires_at FROM {self._table} WHERE key = ?", (key,)
             ).fetchone()
             db.execute(f"DELETE FROM {self._table} WHERE key = ?", (key,))
-            return row is not None and not _expired(row[0], now)
+            return row is not None and not expired(row[0], now)
 
         existed = self._in_write_txn(key, body)
         if existed:
@@ -421,11 +394,11 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         now = self.now_ms()
         with self._connection(None) as db:
             rows = db.execute(
-                f"SELECT {_COLUMNS}, expires_at FROM {self._table} "
+                f"SELECT {COLUMNS}, expires_at FROM {self._table} "
                 f"WHERE expires_at > ?{where} ORDER BY created_at, key LIMIT ?",
                 (now, *params, -1 if limit is None else max(0, limit)),
             ).fetchall()
-        return [rec for row in rows if (rec := self._live(row[0], row, now)[0]) is not None]
+        return [rec for row in rows if (rec := live(row[0], row, now, self._table)[0]) is not None]
 
     def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
         where, params = self._filter(namespace, thread_id)
@@ -435,7 +408,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                 f"SELECT key, expires_at FROM {self._table} WHERE 1{where}", params
             ).fetchall()
             db.execute(f"DELETE FROM {self._table} WHERE 1{where}", params)
-            return [k for k, expires in rows if not _expired(expires, now)]
+            return [k for k, expires in rows if not expired(expires, now)]
 
         keys = self._in_write_txn(None, body)
         for key in keys:
@@ -448,11 +421,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         The store stays usable: the next operation opens a new connection.
         """
         self._check_fork()
-        with self._lock:
-            idle, self._idle = self._idle, []
-            self._generation += 1
-        for conn in idle:
-            self._dispose(conn)
+        self._pool.close()
 
     # -- the store's clock and facts -----------------------------------------------------
 
@@ -469,49 +438,16 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         ``kind`` (``"sqlite"``), ``path``, ``table``, ``synchronous``, ``exists``,
         ``journal_mode`` (``None`` when there is no file), ``has_table``, ``size_bytes``
         (the file and its WAL) and ``records`` (live ones). A file SQLite cannot read
-        raises :class:`~langchain_idempotent.errors.StoreUnavailableError`.
+        raises :class:`~langchain_idempotent.errors.StoreUnavailableError`
+        (:mod:`._describe`).
         """
-        facts: dict[str, Any] = {
-            "kind": "sqlite",
-            "path": self._path,
-            "table": self._table,
-            "synchronous": self._synchronous,
-            "exists": os.path.exists(self._path),
-            "journal_mode": None,
-            "has_table": False,
-            "size_bytes": 0,
-            "records": 0,
-        }
-        if not facts["exists"]:
-            return facts
-        facts["size_bytes"] = sum(
-            os.path.getsize(p) for p in (self._path, self._path + "-wal") if os.path.exists(p)
+        return describe_file(
+            self._path,
+            self._table,
+            synchronous=self._synchronous,
+            busy_timeout=self._busy_timeout,
+            now_ms=self.now_ms,
         )
-        read_only = pathlib.Path(self._path).as_uri() + "?mode=ro"
-        try:
-            db = sqlite3.connect(read_only, uri=True, timeout=self._busy_timeout)
-            try:
-                journal = db.execute("PRAGMA journal_mode").fetchone()[0]
-                facts["journal_mode"] = str(journal).lower()
-                facts["has_table"] = (
-                    db.execute(
-                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (self._table,),
-                    ).fetchone()
-                    is not None
-                )
-                if facts["has_table"]:
-                    facts["records"] = db.execute(
-                        f"SELECT count(*) FROM {self._table} WHERE expires_at > ?",
-                        (self.now_ms(),),
-                    ).fetchone()[0]
-            finally:
-                db.close()
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(
-                f"SQLite idempotency store {self._path} cannot be read: {exc}"
-            ) from exc
-        return facts
 
     # -- transactions --------------------------------------------------------------------
 
@@ -528,12 +464,12 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
 
         def body(db: sqlite3.Connection, now: int) -> _T:
             row = db.execute(
-                f"SELECT {_COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
+                f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
             ).fetchone()
-            rec, expires = self._live(key, row, now)
+            rec, expires = live(key, row, now, self._table)
             answer, new, new_expires = decide(rec, expires, now)
             if new is not None:
-                self._write(db, new, new_expires)
+                write_row(db, self._table, new, new_expires)
             elif row is not None and rec is None:
                 db.execute(f"DELETE FROM {self._table} WHERE key = ?", (key,))  # expired
             return answer
@@ -554,49 +490,9 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
                     )
                 db.execute("COMMIT")
             except BaseException:
-                if db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
+                rollback(db)
                 raise
             return out
-
-    def _write(self, db: sqlite3.Connection, rec: Record, expires: int) -> None:
-        meta = dict(rec.meta)
-        db.execute(
-            f"INSERT OR REPLACE INTO {self._table} ({_COLUMNS}, namespace, thread_id, "
-            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                rec.key,
-                rec.state.value,
-                rec.owner,
-                rec.fence,
-                rec.lease_until,
-                rec.fingerprint,
-                rec.attempt,
-                rec.payload,
-                rec.created_at,
-                rec.updated_at,
-                rec.version,
-                json.dumps(meta, sort_keys=True, ensure_ascii=False, separators=(",", ":")),
-                rec.effect,
-                meta.get("namespace"),
-                meta.get("thread_id"),
-                expires,
-            ),
-        )
-
-    def _live(self, key: str, row: Any, now: int) -> tuple[Record | None, int | None]:
-        """Decode a row with its expiry; an expired row is absent."""
-        if row is None:
-            return None, None
-        expires = row[-1]
-        if type(expires) is not int:
-            raise CorruptRecordError(
-                f"record {key!r} in {self._table} has a malformed expires_at {expires!r}", key=key
-            )
-        if expires <= now:
-            return None, None
-        return _decode(key, row[:-1], self._table), expires
 
     def _filter(self, namespace: str | None, thread_id: str | None) -> tuple[str, tuple[str, ...]]:
         where, params = "", []
@@ -612,180 +508,44 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
 
     @contextlib.contextmanager
     def _connection(self, key: str | None) -> Iterator[sqlite3.Connection]:
-        conn: _Conn | None = None
+        conn = None
         try:
-            conn = self._checkout(key)
+            self._check_fork()
+            conn = self._pool.checkout(key)
             yield conn.db
         except sqlite3.DatabaseError as exc:
             if conn is not None:
-                self._checkin(conn, broken=True)
+                self._pool.checkin(conn, broken=True)
                 conn = None
             raise StoreUnavailableError(
                 f"SQLite idempotency store {self._path} is unavailable: {exc}", key=key
             ) from exc
         finally:
             if conn is not None:
-                self._checkin(conn, broken=False)
+                self._pool.checkin(conn, broken=False)
 
     def _check_fork(self) -> None:
-        if self._pid != os.getpid():
+        if self._pool.forked:
             self._forget_inherited()
 
     def _forget_inherited(self) -> None:
-        """In a forked child: drop (never close) the parent's connections, reset locks."""
-        _ABANDONED.extend(conn.db for conn in (*self._idle, *self._busy))
-        self._idle, self._busy = [], set()
-        self._lock = threading.Lock()
+        """In a forked child: the pool drops (never closes) the parent's connections."""
+        self._pool.forget_inherited()
         self._wakeup = _wakeup_for(self._path, self._table)
-        self._generation += 1
-        self._pid = os.getpid()
 
-    def _checkout(self, key: str | None) -> _Conn:
-        self._check_fork()
-        with self._lock:
-            if self._idle:
-                conn = self._idle.pop()
-                self._busy.add(conn)
-                return conn
-            generation = self._generation
-        conn = _Conn(self._open(key), self._pid, generation)
-        with self._lock:
-            self._busy.add(conn)
-        return conn
-
-    def _checkin(self, conn: _Conn, *, broken: bool) -> None:
-        with self._lock:
-            self._busy.discard(conn)
-            if (
-                not broken
-                and conn.pid == self._pid
-                and conn.generation == self._generation
-                and not conn.db.in_transaction
-                and len(self._idle) < _MAX_IDLE
-            ):
-                self._idle.append(conn)
-                return
-        self._dispose(conn)
-
-    @staticmethod
-    def _dispose(conn: _Conn) -> None:
-        if conn.pid != os.getpid():
-            _ABANDONED.append(conn.db)
-        else:
-            with contextlib.suppress(sqlite3.Error):
-                conn.db.close()
-
-    def _open(self, key: str | None) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self._path,
-            timeout=self._busy_timeout,
-            isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
-            check_same_thread=False,  # pooled: used by one thread at a time, closed by any
-        )
-        try:
-            mode = switch_to_wal(db, self._busy_timeout)
-            db.execute(f"PRAGMA synchronous = {self._synchronous}")
-            if not self._schema_ready:
-                self._ensure_schema(db, key)
-                self._schema_ready = True
-                if str(mode).lower() != "wal":
-                    _log.warning(
-                        "SQLite idempotency store %s runs in journal_mode=%s, not WAL: still "
-                        "correct, but readers wait for writers",
-                        self._path,
-                        mode,
-                    )
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def _ensure_schema(self, db: sqlite3.Connection, key: str | None) -> None:
-        t = self._table
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS {_SCHEMA_TABLE} "
-                "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+    def _prepare(self, db: sqlite3.Connection, key: str | None, journal_mode: str) -> None:
+        """Every new connection: create or migrate the schema on this store's first one."""
+        if self._schema_ready:
+            return
+        ensure_schema(db, self._path, self._table, key)
+        self._schema_ready = True
+        if journal_mode.lower() != "wal":
+            _log.warning(
+                "SQLite idempotency store %s runs in journal_mode=%s, not WAL: still "
+                "correct, but readers wait for writers",
+                self._path,
+                journal_mode,
             )
-            row = db.execute(f"SELECT version FROM {_SCHEMA_TABLE} WHERE name = ?", (t,)).fetchone()
-            if row is not None and row[0] == 1:  # version 2 adds the side-effect mark
-                db.execute(f"ALTER TABLE {t} ADD COLUMN effect TEXT NOT NULL DEFAULT 'unmarked'")
-                db.execute(f"UPDATE {_SCHEMA_TABLE} SET version = ? WHERE name = ?", (2, t))
-                row = (2,)
-            if row is not None and row[0] != SCHEMA_VERSION:
-                raise StoreUnavailableError(
-                    f"table {t} in {self._path} has schema version {row[0]!r}; this "
-                    f"langchain-idempotent reads version {SCHEMA_VERSION}. Upgrade the library "
-                    "or use another table.",
-                    key=key,
-                )
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS {t} ("
-                "key TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL, owner TEXT NOT NULL, "
-                "fence INTEGER NOT NULL, lease_until INTEGER NOT NULL, "
-                "fingerprint TEXT NOT NULL, attempt INTEGER NOT NULL, payload BLOB, "
-                "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
-                "version INTEGER NOT NULL, meta TEXT NOT NULL, "
-                "effect TEXT NOT NULL DEFAULT 'unmarked', namespace TEXT, thread_id TEXT, "
-                "expires_at INTEGER NOT NULL)"
-            )
-            db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_thread ON {t} (thread_id, namespace)")
-            db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_namespace ON {t} (namespace)")
-            db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_expiry ON {t} (expires_at)")
-            if row is None:
-                db.execute(
-                    f"INSERT INTO {_SCHEMA_TABLE} (name, version) VALUES (?, ?)",
-                    (t, SCHEMA_VERSION),
-                )
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-            raise
-
-
-class _Conn:
-    """A pooled connection with the process and pool generation that opened it."""
-
-    __slots__ = ("db", "generation", "pid")
-
-    def __init__(self, db: sqlite3.Connection, pid: int, generation: int) -> None:
-        self.db = db
-        self.pid = pid
-        self.generation = generation
-
-
-def _decode(key: str, row: Any, table: str) -> Record:
-    """A row as a :class:`Record`, or :class:`CorruptRecordError` naming what is wrong."""
-    col = dict(zip(_FIELDS, row, strict=True))
-    try:
-        if type(col["version"]) is not int or col["version"] != FORMAT_VERSION:
-            raise ValueError(f"unknown format version {col['version']!r}")
-        if col["state"] not in _STATES:
-            raise ValueError(f"unknown state {col['state']!r}")
-        if col["effect"] not in _EFFECTS:
-            raise ValueError(f"unknown effect mark {col['effect']!r}")
-        wrong = [name for name, kind in _TYPES.items() if type(col[name]) is not kind]
-        if col["payload"] is not None and type(col["payload"]) is not bytes:
-            wrong.append("payload")
-        if wrong:
-            raise ValueError("ill-typed columns " + ", ".join(wrong))
-        meta = json.loads(col["meta"])
-        if not isinstance(meta, dict) or not all(
-            type(k) is str and type(v) is str for k, v in meta.items()
-        ):
-            raise ValueError("meta is not a JSON object of strings")
-    except ValueError as exc:
-        raise CorruptRecordError(
-            f"record {key!r} in {table} cannot be decoded: {exc}", key=key
-        ) from exc
-    return Record(**{**col, "key": key, "state": _STATES[col["state"]], "meta": meta})
-
-
-def _expired(expires: object, now: int) -> bool:
-    return type(expires) is int and expires <= now
 
 
 def _restore(
@@ -804,22 +564,6 @@ def _restore(
         poll_interval=poll_interval,
         clock=clock,
     )
-
-
-def switch_to_wal(db: sqlite3.Connection, timeout: float) -> str:
-    """``PRAGMA journal_mode = WAL``, retried for up to ``timeout`` seconds: while another
-    connection switches a new file to WAL, SQLite answers "database is locked" at once,
-    without waiting in the busy handler. Returns the journal mode in effect."""
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while True:
-        try:
-            return str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
 
 
 def _wakeup_for(path: str, table: str) -> Wakeup:
