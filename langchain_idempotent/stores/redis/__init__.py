@@ -2,9 +2,10 @@
 
 The store and its spec are in :mod:`._store`. The other modules are its parts, each
 readable on its own: :mod:`._scripts` (the Lua scripts and the wire contract),
-:mod:`._clients` (building clients, retries, replica acknowledgement, error translation),
-:mod:`._listing` (``list`` by ``SCAN``) and :mod:`._fastpath` (an optimisation for sync
-clients).
+:mod:`._clients` (building clients, retries, error translation), :mod:`._durability`
+(replica acknowledgement), :mod:`._watch` (wake-ups), :mod:`._listing` (``list`` by
+``SCAN``), :mod:`._describe` (what the servers say about themselves, for ``doctor``) and
+:mod:`._fastpath` (an optimisation for sync clients).
 """
 
 from ._store import RedisIdempotencyStore

@@ -12,8 +12,6 @@
   exponential backoff from 10 ms, at most 0.5 s, on connection errors and timeouts). A
   Cluster client keeps redis-py's retries inside, which re-learn the slot map after a
   failover. :func:`_resend_if_closed_under_a_write` works around a redis-py asyncio bug.
-- **Durability.** :class:`_Durability`: how many replicas must acknowledge a claim or a
-  completion (``WAIT``), and the error when fewer did.
 - **Errors.** :func:`_translate` is the one boundary where a redis-py error becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` (or, for a record the scripts
   refused, :class:`~langchain_idempotent.errors.CorruptRecordError`).
@@ -28,7 +26,6 @@ import logging
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeAlias, TypeVar
 
@@ -364,55 +361,6 @@ def _closed_under_a_write(exc: BaseException) -> bool:
     return "/redis/asyncio/" in where or where.endswith(
         ("/asyncio/streams.py", "/asyncio/selector_events.py", "/asyncio/proactor_events.py")
     )
-
-
-# -- durability --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Durability:
-    """How many replicas must acknowledge a claim or a completion (``WAIT``), and how long
-    to wait for them. ``replicas == 0``: no ``WAIT`` at all."""
-
-    replicas: int
-    timeout_ms: int
-
-    @property
-    def wait(self) -> tuple[Any, ...] | None:
-        return ("WAIT", self.replicas, self.timeout_ms) if self.replicas else None
-
-    def short(self, acks: int | None) -> bool:
-        return acks is not None and acks < self.replicas
-
-    def error(self, what: str, key: str, acks: int | None) -> StoreUnavailableError:
-        after = {
-            "claim": "the claim was released and the tool was not run",
-            "side-effect mark": "the side effect was not started",
-        }.get(what, "the result is stored on the master, but a failover now could lose it")
-        return StoreUnavailableError(
-            f"Redis acknowledged the {what} of idempotency key {key!r} on {acks} of the "
-            f"{self.replicas} replica(s) required (replicas={self.replicas}) within "
-            f"{self.timeout_ms} ms; {after}",
-            key=key,
-        )
-
-    @classmethod
-    def of(cls, replicas: int, timeout: float | timedelta, *, cluster: bool) -> _Durability:
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            raise ValueError(f"replicas must be an int >= 0, got {replicas!r}")
-        timeout_ms = round(to_seconds(timeout, "replica_timeout", allow_zero=True) * 1000)
-        if timeout_ms < 1:
-            raise ValueError(
-                f"replica_timeout must be at least 1 ms (WAIT 0 would block forever), "
-                f"got {timeout!r}"
-            )
-        if replicas and cluster:
-            raise ValueError(
-                "replicas= (WAIT after each claim and completion) is not supported on a "
-                "Redis Cluster client: redis-py cannot send WAIT on the connection that "
-                "wrote the record; use a standalone or Sentinel-managed Redis, or AOF"
-            )
-        return cls(replicas, timeout_ms)
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ Spec:
   then checks the record, and returns at once if it is no longer RUNNING at the waiter's
   fence or its lease has passed; otherwise it waits for a message, at most until the
   timeout or the lease deadline, whichever is sooner. One pub/sub connection per waiter,
-  closed afterwards.
+  closed afterwards (:mod:`._watch`).
 - **Errors.** Every redis-py error (connection refused or reset, socket timeout after the
   configured retries, ``LOADING``, ``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``,
   ``NOPERM``, ...) becomes :class:`~langchain_idempotent.errors.StoreUnavailableError` with
@@ -77,7 +77,8 @@ Spec:
   a completion fewer than ``N`` acknowledged stays stored on the master and raises it (the
   engine reports it as a ``store_error`` event and still returns the result). A replica
   that acknowledged holds the record if it is promoted; Redis does not promise which
-  replica a failover promotes, so ``N`` should be all the replicas that can be promoted.
+  replica a failover promotes, so ``N`` should be all the replicas that can be promoted
+  (:mod:`._durability`).
 """
 
 from __future__ import annotations
@@ -85,15 +86,15 @@ from __future__ import annotations
 import builtins
 import contextlib
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import redis
 import redis.asyncio
 
 from ...errors import StoreUnavailableError
-from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
+from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 from ..base import BaseIdempotencyStore, ClaimRequest
 from ._clients import (
     _BACKEND_ERRORS,
@@ -103,10 +104,10 @@ from ._clients import (
     _client_options,
     _Clients,
     _cluster_url,
-    _Durability,
     _translate,
 )
 from ._describe import describe_servers, time_ms
+from ._durability import _Durability
 from ._listing import ascan, oldest_first, scan
 from ._scripts import (
     _ABANDON_SCRIPT,
@@ -126,18 +127,11 @@ from ._scripts import (
     _execute,
     _execute_many,
     _Script,
-    _to_claim,
-    _to_completion,
     _to_record,
 )
+from ._watch import awatch_once, watch_once
 
 __all__ = ["RedisIdempotencyStore"]
-
-#: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
-_WRITTEN = frozenset(
-    {ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.RETRY, ClaimOutcome.OWNED}
-)
-
 
 # -- the store ---------------------------------------------------------------------------
 
@@ -350,7 +344,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     ) -> Claim:
         args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
-        claim, unacked = self._after_claim(key, *self._eval_acked(_CLAIM_SCRIPT, key, args, wait))
+        replied = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
+        claim, unacked = self._durability.claim(key, *replied)
         if unacked is not None:
             with contextlib.suppress(StoreUnavailableError):
                 self.release(key, owner=owner, fence=claim.fence)
@@ -372,7 +367,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
         wait = self._durability.wait
         replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
-        claim, unacked = self._after_claim(key, *replied)
+        claim, unacked = self._durability.claim(key, *replied)
         if unacked is not None:
             with contextlib.suppress(StoreUnavailableError):
                 await self.arelease(key, owner=owner, fence=claim.fence)
@@ -397,7 +392,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             raise _translate(exc, requests[0].key) from exc
         if not self._clients.eviction_checked:
             self._clients.check_eviction()
-        claims, unacked = self._after_claims(requests, replies, acks)
+        claims, unacked = self._durability.claims(requests, replies, acks)
         if unacked is not None:
             for r, claim in unacked:
                 with contextlib.suppress(StoreUnavailableError):
@@ -428,42 +423,13 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             raise _translate(exc, requests[0].key) from exc
         if not self._clients.eviction_checked:
             await self._clients.acheck_eviction(client)
-        claims, unacked = self._after_claims(requests, replies, acks)
+        claims, unacked = self._durability.claims(requests, replies, acks)
         if unacked is not None:
             for r, claim in unacked:
                 with contextlib.suppress(StoreUnavailableError):
                     await self.arelease(r.key, owner=r.owner, fence=claim.fence)
             raise self._durability.error("claim", requests[0].key, acks)
         return claims
-
-    def _after_claims(
-        self, requests: Sequence[ClaimRequest], replies: Sequence[Any], acks: int | None
-    ) -> tuple[builtins.list[Claim], builtins.list[tuple[ClaimRequest, Claim]] | None]:
-        """The batch's claims, and when too few replicas acknowledged them the ones that
-        wrote a record (to release before raising), as :meth:`_after_claim` for one."""
-        claims = [_to_claim(reply, r.key) for reply, r in zip(replies, requests, strict=True)]
-        if not self._durability.short(acks):
-            return claims, None
-        return claims, [
-            (r, c) for r, c in zip(requests, claims, strict=True) if c.outcome in _WRITTEN
-        ]
-
-    def _after_claim(
-        self, key: str, reply: Any, acks: int | None
-    ) -> tuple[Claim, StoreUnavailableError | None]:
-        """The claim, and the error to raise after releasing it when it wrote the record
-        but too few replicas acknowledged that (``replicas=``; see "Durability")."""
-        claim = _to_claim(reply, key)
-        if self._durability.short(acks) and claim.outcome in _WRITTEN:
-            return claim, self._durability.error("claim", key, acks)
-        return claim, None
-
-    def _after_complete(self, key: str, payload: bytes, reply: Any, acks: int | None) -> Completion:
-        """The completion; raises when it stored the result but too few replicas have it."""
-        completion = _to_completion(reply, payload, key)
-        if self._durability.short(acks) and completion.stored:
-            raise self._durability.error("completion", key, acks)
-        return completion
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
@@ -486,7 +452,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
         wait = self._durability.wait
         reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        return self._after_complete(key, payload, reply, acks)
+        return self._durability.completion(key, payload, reply, acks)
 
     async def acomplete(
         self,
@@ -503,7 +469,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
         wait = self._durability.wait
         reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        return self._after_complete(key, payload, reply, acks)
+        return self._durability.completion(key, payload, reply, acks)
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
         return bool(self._eval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
@@ -524,16 +490,12 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         args, wait = (owner, fence, _VERSION), self._durability.wait
         reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
-        if self._durability.short(acks) and reply == 1:
-            raise self._durability.error("side-effect mark", key, acks)
-        return bool(reply)
+        return self._durability.mark(key, reply, acks)
 
     async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         args, wait = (owner, fence, _VERSION), self._durability.wait
         reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
-        if self._durability.short(acks) and reply == 1:
-            raise self._durability.error("side-effect mark", key, acks)
-        return bool(reply)
+        return self._durability.mark(key, reply, acks)
 
     def get(self, key: str) -> Record | None:
         try:
@@ -558,51 +520,23 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     # -- wake-ups -----------------------------------------------------------------------
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        rkey = self._rkey(key)
+        deadline, rkey = time.monotonic() + timeout, self._rkey(key)
 
-        def once() -> None:
-            pubsub = self._sync().pubsub()
-            try:
-                pubsub.subscribe(rkey + ":done")
-                steps, reply = _watching(deadline), None
-                with contextlib.suppress(StopIteration):
-                    while True:
-                        step = steps.send(reply)
-                        if step == "probe":
-                            reply = self._send(_PROBE_SCRIPT, rkey, (fence,), None)[0]
-                        else:
-                            reply = pubsub.get_message(timeout=step)
-            finally:
-                pubsub.close()
+        def probe() -> Any:
+            return self._send(_PROBE_SCRIPT, rkey, (fence,), None)
 
         try:
-            self._clients.retrying(once)
+            self._clients.retrying(lambda: watch_once(self._sync(), rkey, deadline, probe))
         except _BACKEND_ERRORS as exc:
             raise _translate(exc, key) from exc
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        rkey = self._rkey(key)
+        deadline, rkey = time.monotonic() + timeout, self._rkey(key)
 
         async def once() -> None:
             client = self._async()
-            if isinstance(client, redis.asyncio.RedisCluster):
-                await client.initialize()  # the pub/sub node is chosen from the slot map
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(rkey + ":done")
-                steps, reply = _watching(deadline), None
-                with contextlib.suppress(StopIteration):
-                    while True:
-                        step = steps.send(reply)
-                        if step == "probe":
-                            probe = _aexecute(client, _PROBE_SCRIPT, rkey, (fence,), None)
-                            reply = (await probe)[0]
-                        else:
-                            reply = await pubsub.get_message(timeout=step)
-            finally:
-                await pubsub.aclose()
+            probe = lambda: _aexecute(client, _PROBE_SCRIPT, rkey, (fence,), None)  # noqa: E731
+            await awatch_once(client, rkey, deadline, probe)
 
         try:
             await self._clients.aretrying(once)
@@ -722,25 +656,3 @@ def _request_args(r: ClaimRequest) -> list[Any]:
     return _claim_args(
         r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, r.meta, r.boundary
     )
-
-
-def _watching(deadline: float) -> Generator[float | Literal["probe"], Any, None]:
-    """One watch after subscribing, without I/O, for both faces to drive. Yields a timeout
-    in seconds: read one pub/sub message, waiting at most that long, and send it back (or
-    ``None``); yields ``"probe"``: run the probe script and send back its reply. Returns
-    when the waiter should look at the record again."""
-    while True:  # until Redis confirms the subscription: a message sent before is lost
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        message = yield left
-        if message is not None and message["type"] == "subscribe":
-            break
-    left_ms = yield "probe"
-    if left_ms < 0:  # no longer RUNNING at the waiter's fence, or the lease has passed
-        return
-    end = min(deadline, time.monotonic() + left_ms / 1000 + 0.001)
-    while (left := end - time.monotonic()) > 0:
-        message = yield left
-        if message is not None and message["type"] == "message":
-            return
