@@ -81,33 +81,40 @@ from __future__ import annotations
 import asyncio
 import builtins
 import itertools
-import logging
 import os
 import re
-from collections.abc import Generator, Mapping, Sequence
-from typing import Any, TypeVar, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ...errors import CorruptRecordError, StoreUnavailableError
-from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason, abandoned_owner
+from ...errors import StoreUnavailableError
+from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 from ..base import BaseIdempotencyStore, ClaimRequest
 from ._describe import describe_op
 from ._listen import _Waiters
-from ._pools import _ERRORS, Op, Stmt, _parse_url, _Pools, _redact, run_async, run_sync, single
-from ._sql import (
-    _claim_answer,
-    _completion,
-    _decode,
-    _live,
-    _meta,
-    _Queries,
+from ._ops import (
+    abandon_op,
+    claim_many_op,
+    claim_op,
+    complete_op,
+    delete_op,
+    drop_op,
+    list_op,
+    mark_effect_op,
+    now_op,
+    probe_op,
+    purge_op,
+    release_op,
+    renew_op,
+    setup_op,
 )
+from ._pools import _ERRORS, Op, _parse_url, _Pools, _redact, run_async, run_sync
+from ._sql import _Queries
 from ._transaction import AsyncPostgresTransaction, PostgresTransaction
 
 __all__ = ["PostgresIdempotencyStore"]
 
-_log = logging.getLogger("langchain_idempotent.stores.postgres")
 _T = TypeVar("_T")
 
 # Lower case only: the name is used unquoted (in function and channel names too).
@@ -227,58 +234,27 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
     def setup(self) -> None:
         """Create or migrate the table, its indexes and functions (idempotent)."""
-        self._run(None, self._setup_op(), setup=False)
+        self._run(None, setup_op(self._q), setup=False)
         self._ready = True
 
     async def asetup(self) -> None:
         """The async twin of :meth:`setup`."""
-        await self._arun(None, self._setup_op(), setup=False)
+        await self._arun(None, setup_op(self._q), setup=False)
         self._ready = True
-
-    def _setup_op(self) -> Op[None]:
-        q = self._q
-
-        def steps() -> Generator[Any, Any, None]:
-            reserved = yield Stmt(q.reserved, (self._table,))
-            if reserved is not None:
-                raise ValueError(
-                    f"table {self._table!r} is a word PostgreSQL reserves ({reserved[0]}), so "
-                    "it cannot name the store's table: pass another table= (the default is safe)"
-                )
-            yield Stmt(q.lock)
-            yield Stmt(q.schema_table, fetch="none")
-            row = yield Stmt(q.read_version, (self._table,))
-            for query, params in q.migrations(int(row[0]) if row else 0):
-                yield Stmt(query, params, fetch="none")
-
-        return Op(steps, atomic=True)
 
     def drop(self) -> None:
         """Remove what :meth:`setup` created — the table with every record, its functions
         and its schema row — for tearing a store down (tests, a per-run table). Irreversible;
         the store sets the table up again on its next use."""
-        self._run(None, self._drop_op(), setup=False)
+        self._run(None, drop_op(self._q), setup=False)
         self._ready = False
 
     async def adrop(self) -> None:
         """The async twin of :meth:`drop`."""
-        await self._arun(None, self._drop_op(), setup=False)
+        await self._arun(None, drop_op(self._q), setup=False)
         self._ready = False
 
-    def _drop_op(self) -> Op[None]:
-        q = self._q
-        drop_functions, drop_table, forget = q.drop
-
-        def steps() -> Generator[Any, Any, None]:
-            yield Stmt(q.lock)
-            yield Stmt(q.schema_table, fetch="none")
-            yield Stmt(drop_functions, fetch="none")
-            yield Stmt(drop_table, fetch="none")
-            yield Stmt(forget, (self._table,), fetch="none")
-
-        return Op(steps, atomic=True)
-
-    # -- record operations: each described once (an Op), run by _run / _arun ---------
+    # -- record operations: each described once (an Op, :mod:`._ops`), run by _run / _arun
 
     def claim(
         self,
@@ -292,7 +268,18 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
+        op = claim_op(
+            self._q,
+            key,
+            owner,
+            fingerprint,
+            lease_ms,
+            ttl_ms,
+            on_expired,
+            meta,
+            boundary,
+            sweep=self._sweep,
+        )
         return self._run(key, op)
 
     async def aclaim(
@@ -307,92 +294,37 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        op = self._claim_op(key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
+        op = claim_op(
+            self._q,
+            key,
+            owner,
+            fingerprint,
+            lease_ms,
+            ttl_ms,
+            on_expired,
+            meta,
+            boundary,
+            sweep=self._sweep,
+        )
         return await self._arun(key, op)
-
-    def _claim_op(
-        self,
-        key: str,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy,
-        meta: Mapping[str, str] | None,
-        boundary: bool,
-    ) -> Op[Claim]:
-        """The claim statement: a replay read folded in front of the function call, except
-        on the claims that also sweep (:mod:`._sql`)."""
-        if on_expired not in ("takeover", "raise"):
-            raise ValueError(f'on_expired must be "takeover" or "raise", got {on_expired!r}')
-        sweep = _SWEEP_LIMIT if next(self._claims) % _SWEEP_EVERY == 0 else 0
-        params = {
-            "key": key,
-            "owner": owner,
-            "fingerprint": fingerprint,
-            "lease_ms": int(lease_ms),
-            "ttl_ms": int(ttl_ms),
-            "takeover": on_expired == "takeover",
-            "meta": _meta(meta),
-            "sweep": sweep,
-            "boundary": bool(boundary),
-        }
-        query = self._q.claim if sweep else self._q.replay_or_claim
-        return single(Stmt(query, params), lambda row: _claim_answer(key, row, self._table))
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """Every claim in one statement (``unnest`` + ``LATERAL`` over the claim function,
         :mod:`._sql`): one round trip, one transaction, answers in request order."""
         if len(requests) < 2:  # one claim: its own statement reads a replay cheapest
             return [self.claim(**r.kwargs()) for r in requests]
-        return self._run(requests[0].key, self._claim_many_op(requests))
+        return self._run(requests[0].key, claim_many_op(self._q, requests))
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         if len(requests) < 2:
             return [await self.aclaim(**r.kwargs()) for r in requests]
-        return await self._arun(requests[0].key, self._claim_many_op(requests))
-
-    def _claim_many_op(self, requests: Sequence[ClaimRequest]) -> Op[builtins.list[Claim]]:
-        for r in requests:
-            if r.on_expired not in ("takeover", "raise"):
-                raise ValueError(
-                    f'on_expired must be "takeover" or "raise", got {r.on_expired!r} '
-                    f"(claim of {r.key!r})"
-                )
-        params = {
-            "keys": [r.key for r in requests],
-            "owners": [r.owner for r in requests],
-            "fingerprints": [r.fingerprint for r in requests],
-            "leases": [int(r.lease_ms) for r in requests],
-            "ttls": [int(r.ttl_ms) for r in requests],
-            "takeovers": [r.on_expired == "takeover" for r in requests],
-            "metas": [_meta(r.meta) for r in requests],
-            "boundaries": [bool(r.boundary) for r in requests],
-        }
-
-        def decode(rows: Any) -> builtins.list[Claim]:
-            if len(rows) != len(requests):
-                raise CorruptRecordError(
-                    f"claim_many on {self._table} answered {len(rows)} rows for "
-                    f"{len(requests)} claims",
-                    key=requests[0].key,
-                )
-            return [
-                _claim_answer(r.key, row, self._table)
-                for r, row in zip(requests, rows, strict=True)
-            ]
-
-        return single(Stmt(self._q.claim_many, params, fetch="all"), decode)
+        return await self._arun(requests[0].key, claim_many_op(self._q, requests))
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return self._run(key, self._renew_op(key, owner, fence, lease_ms))
+        return self._run(key, renew_op(self._q, key, owner, fence, lease_ms))
 
     async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return await self._arun(key, self._renew_op(key, owner, fence, lease_ms))
-
-    def _renew_op(self, key: str, owner: str, fence: int, lease_ms: int) -> Op[bool]:
-        params = (int(lease_ms), int(lease_ms), key, owner, fence)
-        return single(Stmt(self._q.renew, params), lambda row: row is not None)
+        return await self._arun(key, renew_op(self._q, key, owner, fence, lease_ms))
 
     def complete(
         self,
@@ -406,7 +338,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
-        op = self._complete_op(key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        op = complete_op(self._q, key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
         return self._run(key, op)
 
     async def acomplete(
@@ -421,70 +353,43 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         ttl_ms: int,
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
-        op = self._complete_op(key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        op = complete_op(self._q, key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
         return await self._arun(key, op)
 
-    def _complete_op(
-        self,
-        key: str,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None,
-    ) -> Op[Completion]:
-        params = (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta), False)
-        return single(
-            Stmt(self._q.complete, params), lambda row: _completion(key, row, self._table)
-        )
-
     def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return self._run(key, self._mark_effect_op(key, owner, fence))
+        return self._run(key, mark_effect_op(self._q, key, owner, fence))
 
     async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return await self._arun(key, self._mark_effect_op(key, owner, fence))
-
-    def _mark_effect_op(self, key: str, owner: str, fence: int) -> Op[bool]:
-        return single(Stmt(self._q.mark_effect, (key, owner, fence)), lambda row: row is not None)
+        return await self._arun(key, mark_effect_op(self._q, key, owner, fence))
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
-        return self._run(key, single(Stmt(self._q.release, (key, owner, fence)), _counted))
+        return self._run(key, release_op(self._q, key, owner, fence))
 
     async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        return await self._arun(key, single(Stmt(self._q.release, (key, owner, fence)), _counted))
+        return await self._arun(key, release_op(self._q, key, owner, fence))
 
     def abandon(
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
-        return self._run(key, self._abandon_op(key, owner, fence, reason))
+        return self._run(key, abandon_op(self._q, key, owner, fence, reason))
 
     async def aabandon(
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
-        return await self._arun(key, self._abandon_op(key, owner, fence, reason))
-
-    def _abandon_op(self, key: str, owner: str, fence: int, reason: UncertainReason) -> Op[bool]:
-        params = (_abandoned_owner(reason), key, owner, fence)
-        return single(Stmt(self._q.abandon, params), _counted)
+        return await self._arun(key, abandon_op(self._q, key, owner, fence, reason))
 
     def get(self, key: str) -> Record | None:
-        return self._run(key, self._probe_op(key))[0]
+        return self._run(key, probe_op(self._q, key))[0]
 
     async def aget(self, key: str) -> Record | None:
-        return (await self._arun(key, self._probe_op(key)))[0]
-
-    def _probe_op(self, key: str) -> Op[tuple[Record | None, int]]:
-        """The live record under ``key`` and the server's clock, in one round trip."""
-        return single(Stmt(self._q.get, (key,)), lambda row: _live(key, row, self._table))
+        return (await self._arun(key, probe_op(self._q, key)))[0]
 
     def now_ms(self) -> int:
         """The server's clock (``clock_timestamp()``) in milliseconds."""
-        return self._run(None, single(Stmt(self._q.now), _first_int), setup=False)
+        return self._run(None, now_op(self._q), setup=False)
 
     async def anow_ms(self) -> int:
-        return await self._arun(None, single(Stmt(self._q.now), _first_int), setup=False)
+        return await self._arun(None, now_op(self._q), setup=False)
 
     def describe(self) -> dict[str, Any]:
         """Facts for ``doctor``: server version and durability settings (``fsync``,
@@ -498,12 +403,12 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
         self._check_fork()
-        self._waiters.watch(key, fence, timeout, lambda: self._run(key, self._probe_op(key)))
+        self._waiters.watch(key, fence, timeout, lambda: self._run(key, probe_op(self._q, key)))
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
         self._check_fork()
         await self._waiters.awatch(
-            key, fence, timeout, lambda: self._arun(key, self._probe_op(key))
+            key, fence, timeout, lambda: self._arun(key, probe_op(self._q, key))
         )
 
     def _new_waiters(self) -> _Waiters:
@@ -513,10 +418,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     # -- operator helpers ----------------------------------------------------------------
 
     def delete(self, key: str) -> bool:
-        return self._run(key, single(Stmt(self._q.delete, (key,)), _counted))
+        return self._run(key, delete_op(self._q, key))
 
     async def adelete(self, key: str) -> bool:
-        return await self._arun(key, single(Stmt(self._q.delete, (key,)), _counted))
+        return await self._arun(key, delete_op(self._q, key))
 
     def list(
         self,
@@ -525,7 +430,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
-        return self._run(None, self._list_op(namespace, thread_id, limit))
+        return self._run(None, list_op(self._q, namespace, thread_id, limit))
 
     async def alist(
         self,
@@ -534,29 +439,13 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
-        return await self._arun(None, self._list_op(namespace, thread_id, limit))
-
-    def _list_op(
-        self, namespace: str | None, thread_id: str | None, limit: int | None
-    ) -> Op[builtins.list[Record]]:
-        query, params = self._q.listing(namespace, thread_id, limit)
-        return single(Stmt(query, params, fetch="all"), self._records)
-
-    def _records(self, rows: Any) -> builtins.list[Record]:
-        out = []
-        for row in rows:
-            try:
-                out.append(_decode(row, self._table))
-            except CorruptRecordError as exc:
-                _log.warning("skipping an unreadable record: %s", exc)
-        return out
+        return await self._arun(None, list_op(self._q, namespace, thread_id, limit))
 
     def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
-        return self._run(None, single(Stmt(*self._q.purging(thread_id, namespace)), _first_int))
+        return self._run(None, purge_op(self._q, thread_id, namespace))
 
     async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
-        op = single(Stmt(*self._q.purging(thread_id, namespace)), _first_int)
-        return await self._arun(None, op)
+        return await self._arun(None, purge_op(self._q, thread_id, namespace))
 
     def close(self) -> None:
         """Close the pools this store owns and its listener; they reopen on next use.
@@ -633,6 +522,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
             except StoreUnavailableError as exc:
                 raise StoreUnavailableError(str(exc), key=key) from exc.__cause__
 
+    def _sweep(self) -> int:
+        """How many expired rows the next claim purges at most: every 64th, 256."""
+        return _SWEEP_LIMIT if next(self._claims) % _SWEEP_EVERY == 0 else 0
+
     def _check_fork(self) -> None:
         if self._pid != os.getpid():  # a forked child: never touch the parent's sockets
             self._pid = os.getpid()
@@ -646,23 +539,6 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     async def _async_pool(self, key: str | None) -> AsyncConnectionPool[Any] | None:
         self._check_fork()
         return await self._pools.async_(key)
-
-
-def _counted(row: Any) -> bool:
-    """A ``(count, ...)`` row: whether the statement changed a row."""
-    return bool(row and row[0])
-
-
-def _first_int(row: Any) -> int:
-    return int(row[0])
-
-
-def _abandoned_owner(reason: UncertainReason) -> str:
-    if reason not in get_args(UncertainReason):
-        raise ValueError(
-            f"reason must be one of {', '.join(get_args(UncertainReason))}, got {reason!r}"
-        )
-    return abandoned_owner(reason)
 
 
 def _restore(
