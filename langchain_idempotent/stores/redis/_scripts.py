@@ -63,6 +63,10 @@ _PRELUDE = """
 -- now_ms(): the server clock in milliseconds, never a client's.
 -- load(key, version): the record as a table, or nil when the key is absent, or
 --   nil plus a reason when the key holds something that is not a record of this format.
+-- holds(rec, owner, fence): whether rec is RUNNING under that owner token at that fence
+--   (owner and fence as ARGV strings): the compare before every owner's write.
+-- add_meta(fields, first): append ARGV[first..] (name, value pairs) to an HSET field
+--   list as m:<name>, value.
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -96,6 +100,18 @@ local function load(key, version)
   end
   if done and not rec.payload then return nil, 'result without payload' end
   return rec
+end
+
+local function holds(rec, owner, fence)
+  return rec and rec.state == 'running' and rec.owner == owner and rec.fence == tonumber(fence)
+end
+
+local function add_meta(fields, first)
+  for i = first, #ARGV, 2 do
+    fields[#fields + 1] = 'm:' .. ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+  end
+  return fields
 end
 """
 
@@ -133,11 +149,7 @@ if not rec then
   local fields = {'version', ARGV[6], 'state', 'running', 'owner', ARGV[1], 'fence', 1,
                   'lease_until', now + lease, 'fingerprint', ARGV[2], 'attempt', 1,
                   'created_at', now, 'updated_at', now, 'effect', effect}
-  for i = 8, #ARGV, 2 do
-    fields[#fields + 1] = 'm:' .. ARGV[i]
-    fields[#fields + 1] = ARGV[i + 1]
-  end
-  redis.call('HSET', key, unpack(fields))
+  redis.call('HSET', key, unpack(add_meta(fields, 8)))
   redis.call('PEXPIRE', key, expire)
   return {'acquired', 1, 1, 0, 0}
 end
@@ -180,10 +192,7 @@ _RENEW = """
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[4])
 if bad then return redis.error_reply('CORRUPT ' .. bad) end
-if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
-   or rec.fence ~= tonumber(ARGV[2]) then
-  return 0
-end
+if not holds(rec, ARGV[1], ARGV[2]) then return 0 end
 local now, lease = now_ms(), tonumber(ARGV[3])
 redis.call('HSET', key, 'lease_until', now + lease, 'updated_at', now)
 if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
@@ -214,11 +223,7 @@ if not rec then
   local fields = {'version', ARGV[7], 'state', state, 'owner', ARGV[1], 'fence', fence,
                   'lease_until', 0, 'fingerprint', ARGV[3], 'attempt', 1, 'payload', ARGV[4],
                   'created_at', now, 'updated_at', now}
-  for i = 8, #ARGV, 2 do
-    fields[#fields + 1] = 'm:' .. ARGV[i]
-    fields[#fields + 1] = ARGV[i + 1]
-  end
-  redis.call('HSET', key, unpack(fields))
+  redis.call('HSET', key, unpack(add_meta(fields, 8)))
 else
   if rec.state == 'running' and rec.owner == ARGV[1] and rec.fence == fence then stale = 0 end
   redis.call('HSET', key, 'state', state, 'owner', ARGV[1],
@@ -239,10 +244,7 @@ _RELEASE = """
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[3])
 if bad then return redis.error_reply('CORRUPT ' .. bad) end
-if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
-   or rec.fence ~= tonumber(ARGV[2]) then
-  return 0
-end
+if not holds(rec, ARGV[1], ARGV[2]) then return 0 end
 redis.call('HSET', key, 'state', 'free', 'owner', '', 'lease_until', 0, 'updated_at', now_ms())
 redis.call('PUBLISH', key .. ':done', 'free')
 return 1
@@ -258,10 +260,7 @@ _ABANDON = """
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[3])
 if bad then return redis.error_reply('CORRUPT ' .. bad) end
-if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
-   or rec.fence ~= tonumber(ARGV[2]) then
-  return 0
-end
+if not holds(rec, ARGV[1], ARGV[2]) then return 0 end
 redis.call('HSET', key, 'owner', '!' .. ARGV[4], 'lease_until', 0, 'updated_at', now_ms())
 redis.call('PUBLISH', key .. ':done', 'abandoned')
 return 1
@@ -276,10 +275,7 @@ _MARK_EFFECT = """
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[3])
 if bad then return redis.error_reply('CORRUPT ' .. bad) end
-if not rec or rec.state ~= 'running' or rec.owner ~= ARGV[1]
-   or rec.fence ~= tonumber(ARGV[2]) then
-  return 0
-end
+if not holds(rec, ARGV[1], ARGV[2]) then return 0 end
 redis.call('HSET', key, 'effect', 'entered', 'updated_at', now_ms())
 return 1
 """
