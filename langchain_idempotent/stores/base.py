@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol import decide_claim
 from ..record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 
 __all__ = ["BaseIdempotencyStore", "ClaimRequest"]
@@ -60,6 +61,21 @@ class ClaimRequest:
             # Only when set: a store written before boundaries keeps taking the call.
             **({"boundary": True} if self.boundary else {}),
         }
+
+    def decide(self, rec: Record | None, now: int) -> tuple[Claim, Record | None]:
+        """:func:`~langchain_idempotent.protocol.decide_claim` for this request at ``now``:
+        the answer and the record to write (for stores that decide in Python)."""
+        return decide_claim(
+            rec,
+            key=self.key,
+            owner=self.owner,
+            fingerprint=self.fingerprint,
+            now=now,
+            lease_ms=self.lease_ms,
+            on_expired=self.on_expired,
+            meta=self.meta,
+            boundary=self.boundary,
+        )
 
 
 class BaseIdempotencyStore(ABC):

@@ -16,7 +16,6 @@ from typing import Any
 
 from ..protocol import (
     decide_abandon,
-    decide_claim,
     decide_complete,
     decide_mark_effect,
     decide_release,
@@ -74,56 +73,23 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
+        )
         with self._lock:
-            return self._claim(
-                key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary, self.now_ms()
-            )
+            return self._claim(request, self.now_ms())
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """Every claim under one hold of the lock, in order, at one clock reading."""
         with self._lock:
             now = self.now_ms()
-            return [
-                self._claim(
-                    r.key,
-                    r.owner,
-                    r.fingerprint,
-                    r.lease_ms,
-                    r.ttl_ms,
-                    r.on_expired,
-                    r.meta,
-                    r.boundary,
-                    now,
-                )
-                for r in requests
-            ]
+            return [self._claim(r, now) for r in requests]
 
-    def _claim(
-        self,
-        key: str,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy,
-        meta: Mapping[str, str] | None,
-        boundary: bool,
-        now: int,
-    ) -> Claim:
+    def _claim(self, r: ClaimRequest, now: int) -> Claim:
         """One claim, the lock held."""
-        answer, new = decide_claim(
-            self._read(key, now),
-            key=key,
-            owner=owner,
-            fingerprint=fingerprint,
-            now=now,
-            lease_ms=lease_ms,
-            on_expired=on_expired,
-            meta=meta,
-            boundary=boundary,
-        )
+        answer, new = r.decide(self._read(r.key, now), now)
         if new is not None:
-            self._records[key] = (new, now + max(ttl_ms, lease_ms))
+            self._records[r.key] = (new, now + max(r.ttl_ms, r.lease_ms))
         return answer
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, get_args
 
 from ...errors import CorruptRecordError
-from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason, abandoned_owner
+from ...record import Claim, Completion, Record, UncertainReason, abandoned_owner
 from ..base import ClaimRequest
 from ._pools import Op, Stmt, single
 from ._sql import _claim_answer, _completion, _decode, _live, _meta, _Queries
@@ -79,38 +79,26 @@ def drop_op(q: _Queries) -> Op[None]:
 # -- record operations -------------------------------------------------------------------
 
 
-def claim_op(
-    q: _Queries,
-    key: str,
-    owner: str,
-    fingerprint: str,
-    lease_ms: int,
-    ttl_ms: int,
-    on_expired: ExpiredPolicy,
-    meta: Mapping[str, str] | None,
-    boundary: bool,
-    *,
-    sweep: Callable[[], int],
-) -> Op[Claim]:
+def claim_op(q: _Queries, r: ClaimRequest, *, sweep: Callable[[], int]) -> Op[Claim]:
     """The claim statement: a replay read folded in front of the function call, except
     on the claims that also sweep: ``sweep()``, asked once the arguments are valid, says
     how many expired rows this claim purges at most (0: none; :mod:`._sql`)."""
-    if on_expired not in ("takeover", "raise"):
-        raise ValueError(f'on_expired must be "takeover" or "raise", got {on_expired!r}')
+    if r.on_expired not in ("takeover", "raise"):
+        raise ValueError(f'on_expired must be "takeover" or "raise", got {r.on_expired!r}')
     sweeping = sweep()
     params = {
-        "key": key,
-        "owner": owner,
-        "fingerprint": fingerprint,
-        "lease_ms": int(lease_ms),
-        "ttl_ms": int(ttl_ms),
-        "takeover": on_expired == "takeover",
-        "meta": _meta(meta),
+        "key": r.key,
+        "owner": r.owner,
+        "fingerprint": r.fingerprint,
+        "lease_ms": int(r.lease_ms),
+        "ttl_ms": int(r.ttl_ms),
+        "takeover": r.on_expired == "takeover",
+        "meta": _meta(r.meta),
         "sweep": sweeping,
-        "boundary": bool(boundary),
+        "boundary": bool(r.boundary),
     }
     query = q.claim if sweeping else q.replay_or_claim
-    return single(Stmt(query, params), lambda row: _claim_answer(key, row, q.table))
+    return single(Stmt(query, params), lambda row: _claim_answer(r.key, row, q.table))
 
 
 def claim_many_op(q: _Queries, requests: Sequence[ClaimRequest]) -> Op[list[Claim]]:

@@ -268,18 +268,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        op = claim_op(
-            self._q,
-            key,
-            owner,
-            fingerprint,
-            lease_ms,
-            ttl_ms,
-            on_expired,
-            meta,
-            boundary,
-            sweep=self._sweep,
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
         )
+        op = claim_op(self._q, request, sweep=self._sweep)
         return self._run(key, op)
 
     async def aclaim(
@@ -294,18 +286,10 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        op = claim_op(
-            self._q,
-            key,
-            owner,
-            fingerprint,
-            lease_ms,
-            ttl_ms,
-            on_expired,
-            meta,
-            boundary,
-            sweep=self._sweep,
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
         )
+        op = claim_op(self._q, request, sweep=self._sweep)
         return await self._arun(key, op)
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:

@@ -41,11 +41,11 @@ from ...record import (
     ClaimOutcome,
     Completion,
     EffectMark,
-    ExpiredPolicy,
     Record,
     State,
     UncertainReason,
 )
+from ..base import ClaimRequest
 
 _log = logging.getLogger("langchain_idempotent.stores.redis")
 #: Ask redis-py for raw bytes whatever the client's ``decode_responses``.
@@ -451,19 +451,11 @@ def _settle(
 # -- arguments and replies ---------------------------------------------------------------
 
 
-def _claim_args(
-    owner: str,
-    fingerprint: str,
-    lease_ms: int,
-    ttl_ms: int,
-    on_expired: ExpiredPolicy,
-    meta: Mapping[str, str] | None,
-    boundary: bool = False,
-) -> list[Any]:
-    args: list[Any] = [owner, fingerprint, lease_ms, ttl_ms, on_expired, _VERSION]
-    args.append(1 if boundary else 0)
-    if meta:
-        for name, value in meta.items():
+def _claim_args(r: ClaimRequest) -> list[Any]:
+    args: list[Any] = [r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, _VERSION]
+    args.append(1 if r.boundary else 0)
+    if r.meta:
+        for name, value in r.meta.items():
             args += (name, value)
     return args
 

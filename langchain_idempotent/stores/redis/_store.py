@@ -342,7 +342,10 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
+        )
+        args = _claim_args(request)
         wait = self._durability.wait
         replied = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim, unacked = self._durability.claim(key, *replied)
@@ -364,7 +367,10 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        args = _claim_args(owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary)
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
+        )
+        args = _claim_args(request)
         wait = self._durability.wait
         replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim, unacked = self._durability.claim(key, *replied)
@@ -384,7 +390,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         would give them (the script runs per key, in the order sent)."""
         if len(requests) < 2:  # nothing to pipeline: one claim, on the fast path
             return [self.claim(**r.kwargs()) for r in requests]
-        calls = [(self._rkey(r.key), _request_args(r)) for r in requests]
+        calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
         wait = self._durability.wait
         try:
             replies, acks = self._clients.retrying(lambda: self._send_many(calls, wait))
@@ -412,7 +418,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         if len(requests) < 2:
             return [await self.aclaim(**r.kwargs()) for r in requests]
-        calls = [(self._rkey(r.key), _request_args(r)) for r in requests]
+        calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
         wait = self._durability.wait
         client = self._async()
         try:
@@ -647,12 +653,3 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             "replicas": self._durability.replicas,
             "servers": servers,
         }
-
-
-# -- helpers -----------------------------------------------------------------------------
-
-
-def _request_args(r: ClaimRequest) -> list[Any]:
-    return _claim_args(
-        r.owner, r.fingerprint, r.lease_ms, r.ttl_ms, r.on_expired, r.meta, r.boundary
-    )

@@ -70,7 +70,6 @@ from ..._durations import to_seconds
 from ...errors import StoreUnavailableError
 from ...protocol import (
     decide_abandon,
-    decide_claim,
     decide_complete,
     decide_mark_effect,
     decide_release,
@@ -254,17 +253,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
             f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (r.key,)
         ).fetchone()
         rec, _ = live(r.key, row, now, self._table)
-        answer, new = decide_claim(
-            rec,
-            key=r.key,
-            owner=r.owner,
-            fingerprint=r.fingerprint,
-            now=now,
-            lease_ms=r.lease_ms,
-            on_expired=r.on_expired,
-            meta=r.meta,
-            boundary=r.boundary,
-        )
+        answer, new = r.decide(rec, now)
         if new is not None:
             write_row(db, self._table, new, now + max(r.ttl_ms, r.lease_ms))
         elif row is not None and rec is None:
