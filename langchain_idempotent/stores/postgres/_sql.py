@@ -121,6 +121,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     now_ms bigint;
     rec {t}%ROWTYPE;
+    absent boolean;
     mark text := CASE WHEN p_boundary THEN 'before' ELSE 'unmarked' END;
 BEGIN
     retry_after_ms := 0; failed := false; entered := false;
@@ -149,30 +150,12 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- Absent: insert it at once, no lock to take (ACQUIRED fence 1, attempt 1); a race to
-    -- insert it is settled below, as is an expired row (absent too, but overwritten).
-    IF NOT FOUND THEN
-        INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
-                         payload, created_at, updated_at, version, meta, effect, namespace,
-                         thread_id, expires_at)
-        VALUES (p_key, 'running', p_owner, 1, now_ms + p_lease_ms, p_fingerprint, 1,
-                NULL, now_ms, now_ms, {version}, p_meta, mark, p_meta->>'namespace',
-                p_meta->>'thread_id', now_ms + greatest(p_ttl_ms, p_lease_ms))
-        ON CONFLICT (key) DO NOTHING;
-        IF FOUND THEN
-            outcome := 'acquired'; o_fence := 1; o_attempt := 1;
-            RETURN;
-        END IF;
-    END IF;
-    -- Everything else writes: lock the row (or settle the race to insert it) and decide.
+    -- Absent -> ACQUIRED fence 1, attempt 1: insert it at once, no lock to take. Everything
+    -- else writes: lock the row and decide. An expired row is absent too: deleted under
+    -- the lock, then inserted over; a lost race to insert is decided on the winner's row.
+    absent := NOT FOUND;
     LOOP
-        SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
-        now_ms := {now};  -- after the lock
-        IF NOT FOUND OR rec.expires_at <= now_ms THEN
-            -- absent (an expired row is absent, and overwritten) -> ACQUIRED fence 1, attempt 1
-            IF FOUND THEN
-                DELETE FROM {t} WHERE key = p_key;
-            END IF;
+        IF absent THEN
             INSERT INTO {t} (key, state, owner, fence, lease_until, fingerprint, attempt,
                              payload, created_at, updated_at, version, meta, effect, namespace,
                              thread_id, expires_at)
@@ -184,9 +167,14 @@ BEGIN
                 outcome := 'acquired'; o_fence := 1; o_attempt := 1;
                 RETURN;
             END IF;
-            CONTINUE;  -- another claim inserted it first: decide on its row
         END IF;
-        EXIT;
+        SELECT * INTO rec FROM {t} WHERE key = p_key FOR UPDATE;
+        now_ms := {now};  -- after the lock
+        EXIT WHEN FOUND AND rec.expires_at > now_ms;
+        IF FOUND THEN
+            DELETE FROM {t} WHERE key = p_key;  -- expired
+        END IF;
+        absent := true;
     END LOOP;
     o_fence := rec.fence; o_attempt := rec.attempt;
     IF rec.version <> {version} THEN
