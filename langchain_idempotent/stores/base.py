@@ -226,17 +226,10 @@ class BaseIdempotencyStore(ABC):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        return await asyncio.to_thread(
-            self.claim,
-            key,
-            owner=owner,
-            fingerprint=fingerprint,
-            lease_ms=lease_ms,
-            ttl_ms=ttl_ms,
-            on_expired=on_expired,
-            meta=meta,
-            **({"boundary": True} if boundary else {}),
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
         )
+        return await asyncio.to_thread(lambda: self.claim(**request.kwargs()))
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """:meth:`claim_many` for async callers; this default awaits :meth:`aclaim` in order."""

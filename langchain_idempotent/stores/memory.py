@@ -237,16 +237,10 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        return self.claim(
-            key,
-            owner=owner,
-            fingerprint=fingerprint,
-            lease_ms=lease_ms,
-            ttl_ms=ttl_ms,
-            on_expired=on_expired,
-            meta=meta,
-            boundary=boundary,
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
         )
+        return self.claim(**request.kwargs())
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         return self.claim_many(requests)

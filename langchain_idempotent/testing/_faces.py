@@ -106,19 +106,10 @@ class Face:
         meta: Mapping[str, str] | None = None,
         boundary: bool = False,
     ) -> Claim:
-        s = self.store
-        return await self._call(
-            s.claim,
-            s.aclaim,
-            key,
-            owner=owner,
-            fingerprint=fingerprint,
-            lease_ms=lease_ms,
-            ttl_ms=ttl_ms,
-            on_expired=on_expired,
-            meta=meta,
-            boundary=boundary,
+        request = ClaimRequest(
+            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
         )
+        return await self._call(self.store.claim, self.store.aclaim, **request.kwargs())
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         s = self.store
