@@ -13,9 +13,9 @@ ImportError naming the extra to install (``agents`` for :class:`IdempotencyMiddl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._lazy import load
+from ._lazy import exports
 
 #: Public name -> the module that defines it. ``__all__`` is this table's keys; the
 #: ``TYPE_CHECKING`` imports below repeat it for type checkers (a test keeps them equal).
@@ -71,17 +71,7 @@ _MOVED: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name) or _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = load(__name__, module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = exports(__name__, _EXPORTS, _MOVED)
 
 
 if TYPE_CHECKING:

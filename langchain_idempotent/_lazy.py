@@ -7,10 +7,12 @@ one table of ``name -> module`` and call :func:`load` from their ``__getattr__``
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
 
-__all__ = ["EXTRAS", "load"]
+__all__ = ["EXTRAS", "exports", "load"]
 
 #: Top-level distribution module -> the extra that installs it.
 EXTRAS: dict[str, str] = {
@@ -34,3 +36,26 @@ def load(package: str, module: str, name: str) -> Any:
             f"pip install 'langchain-idempotent[{extra}]'",
             name=missing,
         ) from exc
+
+
+def exports(
+    package: str, table: Mapping[str, str], moved: Mapping[str, str] | None = None
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of a face: a name of ``table`` (or of ``moved``,
+    which resolve but are not listed) is loaded from its module on first use and kept in
+    the package's namespace; ``dir()`` shows exactly ``table``'s names."""
+    namespace = sys.modules[package].__dict__
+    also = moved or {}
+
+    def __getattr__(name: str) -> Any:
+        module = table.get(name) or also.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = load(package, module, name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(table)
+
+    return __getattr__, __dir__

@@ -8,9 +8,9 @@ psycopg. ``PostgresIdempotencyStore`` needs the ``postgres`` extra.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._lazy import load
+from .._lazy import exports
 
 #: Public name -> the module of this package that defines it; ``__all__`` is its keys.
 _STORES: dict[str, str] = {
@@ -26,17 +26,7 @@ _STORES: dict[str, str] = {
 __all__ = list(_STORES)
 
 
-def __getattr__(name: str) -> Any:
-    module = _STORES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = load(__name__, module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = exports(__name__, _STORES)
 
 
 if TYPE_CHECKING:
