@@ -254,6 +254,21 @@ class _Clients:
             guarded() if attempts is None else attempts.call_with_retry(guarded, _aignore)
         )
 
+    def call(self, key: str | None, op: Callable[[], _T]) -> _T:
+        """``op`` under :meth:`retrying`, a redis-py error translated at the one boundary
+        (:func:`_translate`, naming ``key``)."""
+        try:
+            return self.retrying(op)
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+
+    async def acall(self, key: str | None, op: Callable[[], Awaitable[_T]]) -> _T:
+        """:meth:`call` for the async face (under :meth:`aretrying`)."""
+        try:
+            return await self.aretrying(op)
+        except _BACKEND_ERRORS as exc:
+            raise _translate(exc, key) from exc
+
     def check_eviction(self) -> None:
         """Ask the server's ``maxmemory-policy`` once (see :func:`_warn_if_evicting`)."""
         self.eviction_checked = True

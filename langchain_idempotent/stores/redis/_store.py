@@ -97,14 +97,12 @@ from ...errors import StoreUnavailableError
 from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 from ..base import BaseIdempotencyStore, ClaimRequest
 from ._clients import (
-    _BACKEND_ERRORS,
     AsyncClient,
     SyncClient,
     _check_retries,
     _client_options,
     _Clients,
     _cluster_url,
-    _translate,
 )
 from ._describe import describe_servers, time_ms
 from ._durability import _Durability
@@ -293,10 +291,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         """The script's reply, and the replicas' acknowledgement count when ``wait`` is a
         ``WAIT`` command (sent right behind the script on the same connection)."""
         rkey = self._rkey(key)
-        try:
-            answer = self._clients.retrying(lambda: self._send(script, rkey, args, wait))
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, key) from exc
+        answer = self._clients.call(key, lambda: self._send(script, rkey, args, wait))
         if not self._clients.eviction_checked:
             self._clients.check_eviction()
         return answer
@@ -318,12 +313,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         self, script: _Script, key: str, args: Sequence[Any], wait: tuple[Any, ...] | None
     ) -> tuple[Any, int | None]:
         client = self._async()
-        try:
-            answer = await self._clients.aretrying(
-                lambda: _aexecute(client, script, self._rkey(key), args, wait)
-            )
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, key) from exc
+        answer = await self._clients.acall(
+            key, lambda: _aexecute(client, script, self._rkey(key), args, wait)
+        )
         if not self._clients.eviction_checked:
             await self._clients.acheck_eviction(client)
         return answer
@@ -392,10 +384,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             return [self.claim(**r.kwargs()) for r in requests]
         calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
         wait = self._durability.wait
-        try:
-            replies, acks = self._clients.retrying(lambda: self._send_many(calls, wait))
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, requests[0].key) from exc
+        replies, acks = self._clients.call(requests[0].key, lambda: self._send_many(calls, wait))
         if not self._clients.eviction_checked:
             self._clients.check_eviction()
         claims, unacked = self._durability.claims(requests, replies, acks)
@@ -421,12 +410,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
         wait = self._durability.wait
         client = self._async()
-        try:
-            replies, acks = await self._clients.aretrying(
-                lambda: _aexecute_many(client, _CLAIM_SCRIPT, calls, wait)
-            )
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, requests[0].key) from exc
+        replies, acks = await self._clients.acall(
+            requests[0].key, lambda: _aexecute_many(client, _CLAIM_SCRIPT, calls, wait)
+        )
         if not self._clients.eviction_checked:
             await self._clients.acheck_eviction(client)
         claims, unacked = self._durability.claims(requests, replies, acks)
@@ -504,23 +490,16 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         return self._durability.mark(key, reply, acks)
 
     def get(self, key: str) -> Record | None:
-        try:
-            client = self._sync()
-            fields = self._clients.retrying(
-                lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
-            )
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, key) from exc
+        fields = self._clients.call(
+            key, lambda: self._sync().execute_command("HGETALL", self._rkey(key), **_RAW)
+        )
         return _to_record(key, fields) if fields else None
 
     async def aget(self, key: str) -> Record | None:
         client = self._async()
-        try:
-            fields = await self._clients.aretrying(
-                lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
-            )
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, key) from exc
+        fields = await self._clients.acall(
+            key, lambda: client.execute_command("HGETALL", self._rkey(key), **_RAW)
+        )
         return _to_record(key, fields) if fields else None
 
     # -- wake-ups -----------------------------------------------------------------------
@@ -531,10 +510,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         def probe() -> Any:
             return self._send(_PROBE_SCRIPT, rkey, (fence,), None)
 
-        try:
-            self._clients.retrying(lambda: watch_once(self._sync(), rkey, deadline, probe))
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, key) from exc
+        self._clients.call(key, lambda: watch_once(self._sync(), rkey, deadline, probe))
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
         deadline, rkey = time.monotonic() + timeout, self._rkey(key)
@@ -544,10 +520,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             probe = lambda: _aexecute(client, _PROBE_SCRIPT, rkey, (fence,), None)  # noqa: E731
             await awatch_once(client, rkey, deadline, probe)
 
-        try:
-            await self._clients.aretrying(once)
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, key) from exc
+        await self._clients.acall(key, once)
 
     # -- operator helpers ---------------------------------------------------------------
 
@@ -566,12 +539,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         limit: int | None = None,
     ) -> builtins.list[Record]:
         """Records whose meta match, oldest first: ``SCAN`` (every primary on a Cluster)."""
-        try:
-            found = self._clients.retrying(
-                lambda: scan(self._sync(), self._head, namespace, thread_id)
-            )
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, None) from exc
+        found = self._clients.call(
+            None, lambda: scan(self._sync(), self._head, namespace, thread_id)
+        )
         return oldest_first(found, limit)
 
     async def alist(
@@ -581,12 +551,9 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> builtins.list[Record]:
-        try:
-            found = await self._clients.aretrying(
-                lambda: ascan(self._async(), self._head, namespace, thread_id)
-            )
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, None) from exc
+        found = await self._clients.acall(
+            None, lambda: ascan(self._async(), self._head, namespace, thread_id)
+        )
         return oldest_first(found, limit)
 
     async def apurge(self, *, thread_id: str, namespace: str | None = None) -> int:
@@ -618,19 +585,12 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         like every operation: an unreachable server raises
         :class:`~langchain_idempotent.errors.StoreUnavailableError`.
         """
-        try:
-            client = self._sync()
-            reply = self._clients.retrying(lambda: client.execute_command("TIME"))
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, None) from exc
+        reply = self._clients.call(None, lambda: self._sync().execute_command("TIME"))
         return time_ms(reply)
 
     async def anow_ms(self) -> int:
         client = self._async()
-        try:
-            reply = await self._clients.aretrying(lambda: client.execute_command("TIME"))
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, None) from exc
+        reply = await self._clients.acall(None, lambda: client.execute_command("TIME"))
         return time_ms(reply)
 
     def describe(self) -> dict[str, Any]:
@@ -641,11 +601,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         per server the store writes to (see :mod:`._describe`). No password. Uses the
         store's own sync client.
         """
-        try:
-            client = self._sync()
-            topology, servers = self._clients.retrying(lambda: describe_servers(client))
-        except _BACKEND_ERRORS as exc:
-            raise _translate(exc, None) from exc
+        topology, servers = self._clients.call(None, lambda: describe_servers(self._sync()))
         return {
             "kind": "redis",
             "topology": topology,
