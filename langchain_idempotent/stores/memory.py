@@ -134,12 +134,9 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         return answer
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
-        with self._lock:
-            now = self.now_ms()
-            entry = self._records.get(key)
-            ok, new = decide_release(self._read(key, now), owner=owner, fence=fence, now=now)
-            if new is not None and entry is not None:
-                self._records[key] = (new, entry[1])
+        ok = self._keeping_expiry(
+            key, lambda rec, now: decide_release(rec, owner=owner, fence=fence, now=now)
+        )
         if ok:
             self._wakeup.notify(key)
         return ok
@@ -147,23 +144,28 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
     def abandon(
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
-        with self._lock:
-            now = self.now_ms()
-            entry = self._records.get(key)
-            ok, new = decide_abandon(
-                self._read(key, now), owner=owner, fence=fence, reason=reason, now=now
-            )
-            if new is not None and entry is not None:
-                self._records[key] = (new, entry[1])
+        ok = self._keeping_expiry(
+            key,
+            lambda rec, now: decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now),
+        )
         if ok:
             self._wakeup.notify(key)
         return ok
 
     def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return self._keeping_expiry(
+            key, lambda rec, now: decide_mark_effect(rec, owner=owner, fence=fence, now=now)
+        )
+
+    def _keeping_expiry(
+        self, key: str, decide: Callable[[Record | None, int], tuple[bool, Record | None]]
+    ) -> bool:
+        """Under the lock: ``decide(record, now)`` on the live record, and write the record
+        it decides with the expiry kept (release, abandon, the side-effect mark)."""
         with self._lock:
             now = self.now_ms()
             entry = self._records.get(key)
-            ok, new = decide_mark_effect(self._read(key, now), owner=owner, fence=fence, now=now)
+            ok, new = decide(self._read(key, now), now)
             if new is not None and entry is not None:
                 self._records[key] = (new, entry[1])
             return ok

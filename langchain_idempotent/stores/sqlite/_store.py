@@ -249,16 +249,11 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         return await asyncio.to_thread(self.claim_many, requests)
 
     def _claim_in(self, db: sqlite3.Connection, r: ClaimRequest, now: int) -> Claim:
-        row = db.execute(
-            f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (r.key,)
-        ).fetchone()
-        rec, _ = live(r.key, row, now, self._table)
-        answer, new = r.decide(rec, now)
-        if new is not None:
-            write_row(db, self._table, new, now + max(r.ttl_ms, r.lease_ms))
-        elif row is not None and rec is None:
-            db.execute(f"DELETE FROM {self._table} WHERE key = ?", (r.key,))  # expired
-        return answer
+        def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[Claim]:
+            answer, new = r.decide(rec, now)
+            return answer, new, now + max(r.ttl_ms, r.lease_ms)
+
+        return self._decide_in(db, r.key, now, decide)
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
@@ -298,11 +293,9 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         return answer
 
     def release(self, key: str, *, owner: str, fence: int) -> bool:
-        def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
-            ok, new = decide_release(rec, owner=owner, fence=fence, now=now)
-            return ok, new, expires or now
-
-        ok = self._transact(key, decide)
+        ok = self._keeping_expiry(
+            key, lambda rec, now: decide_release(rec, owner=owner, fence=fence, now=now)
+        )
         if ok:
             self._wakeup.notify(key)
         return ok
@@ -310,21 +303,18 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
     def abandon(
         self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
     ) -> bool:
-        def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
-            ok, new = decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now)
-            return ok, new, expires or now
-
-        ok = self._transact(key, decide)
+        ok = self._keeping_expiry(
+            key,
+            lambda rec, now: decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now),
+        )
         if ok:
             self._wakeup.notify(key)
         return ok
 
     def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
-            ok, new = decide_mark_effect(rec, owner=owner, fence=fence, now=now)
-            return ok, new, expires or now
-
-        return self._transact(key, decide)
+        return self._keeping_expiry(
+            key, lambda rec, now: decide_mark_effect(rec, owner=owner, fence=fence, now=now)
+        )
 
     def get(self, key: str) -> Record | None:
         with self._connection(key) as db:
@@ -451,19 +441,39 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         (``None``: nothing) and its new ``expires_at``.
         """
 
-        def body(db: sqlite3.Connection, now: int) -> _T:
-            row = db.execute(
-                f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
-            ).fetchone()
-            rec, expires = live(key, row, now, self._table)
-            answer, new, new_expires = decide(rec, expires, now)
-            if new is not None:
-                write_row(db, self._table, new, new_expires)
-            elif row is not None and rec is None:
-                db.execute(f"DELETE FROM {self._table} WHERE key = ?", (key,))  # expired
-            return answer
+        return self._in_write_txn(key, lambda db, now: self._decide_in(db, key, now, decide))
 
-        return self._in_write_txn(key, body)
+    def _keeping_expiry(
+        self, key: str, decide: Callable[[Record | None, int], tuple[bool, Record | None]]
+    ) -> bool:
+        """:meth:`_transact` for a decision that leaves the row's ``expires_at`` as it is
+        (release, abandon, the side-effect mark): ``decide(record, now)``."""
+
+        def keep(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
+            ok, new = decide(rec, now)
+            return ok, new, expires or now
+
+        return self._transact(key, keep)
+
+    def _decide_in(
+        self,
+        db: sqlite3.Connection,
+        key: str,
+        now: int,
+        decide: Callable[[Record | None, int | None, int], _Decided[_T]],
+    ) -> _T:
+        """Inside a write transaction: read ``key``, decide, write the decided record (an
+        expired row nothing replaces is deleted)."""
+        row = db.execute(
+            f"SELECT {COLUMNS}, expires_at FROM {self._table} WHERE key = ?", (key,)
+        ).fetchone()
+        rec, expires = live(key, row, now, self._table)
+        answer, new, new_expires = decide(rec, expires, now)
+        if new is not None:
+            write_row(db, self._table, new, new_expires)
+        elif row is not None and rec is None:
+            db.execute(f"DELETE FROM {self._table} WHERE key = ?", (key,))  # expired
+        return answer
 
     def _in_write_txn(self, key: str | None, body: Callable[[sqlite3.Connection, int], _T]) -> _T:
         with self._connection(key) as db:
