@@ -3,7 +3,8 @@
 Spec: the record protocol of :mod:`langchain_idempotent.protocol`, applied under one lock
 per store (thread-safe; the async twins never block the loop for longer than the lock).
 Records expire ``ttl_ms`` after their last write. Waiters are woken in-process the moment
-a key completes or is released. Nothing survives the process.
+a key completes or is released. Nothing survives the process. Release, abandon and the
+side-effect mark are written once for this store and SQLite (:mod:`._deciding`).
 """
 
 from __future__ import annotations
@@ -15,20 +16,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..protocol import (
-    decide_abandon,
     decide_complete,
-    decide_mark_effect,
-    decide_release,
     decide_renew,
 )
 from ..record import Claim, Completion, ExpiredPolicy, Record, State, UncertainReason
+from ._deciding import DecidesInPython, Decision
 from ._wakeup import Wakeup
-from .base import BaseIdempotencyStore, ClaimRequest
+from .base import ClaimRequest
 
 __all__ = ["InMemoryIdempotencyStore"]
 
 
-class InMemoryIdempotencyStore(BaseIdempotencyStore):
+class InMemoryIdempotencyStore(DecidesInPython):
     """Records in a dict. ``clock`` returns seconds (default :func:`time.time`)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -133,33 +132,7 @@ class InMemoryIdempotencyStore(BaseIdempotencyStore):
         self._wakeup.notify(key)
         return answer
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
-        ok = self._keeping_expiry(
-            key, lambda rec, now: decide_release(rec, owner=owner, fence=fence, now=now)
-        )
-        if ok:
-            self._wakeup.notify(key)
-        return ok
-
-    def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
-    ) -> bool:
-        ok = self._keeping_expiry(
-            key,
-            lambda rec, now: decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now),
-        )
-        if ok:
-            self._wakeup.notify(key)
-        return ok
-
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return self._keeping_expiry(
-            key, lambda rec, now: decide_mark_effect(rec, owner=owner, fence=fence, now=now)
-        )
-
-    def _keeping_expiry(
-        self, key: str, decide: Callable[[Record | None, int], tuple[bool, Record | None]]
-    ) -> bool:
+    def _keeping_expiry(self, key: str, decide: Decision) -> bool:
         """Under the lock: ``decide(record, now)`` on the live record, and write the record
         it decides with the expiry kept (release, abandon, the side-effect mark)."""
         with self._lock:

@@ -6,7 +6,8 @@ Spec:
   apply the pure decision of :mod:`langchain_idempotent.protocol`, write the record it
   returns, commit. ``BEGIN IMMEDIATE`` takes SQLite's write lock before the read, so threads
   and processes on one host never interleave a read-decide-write. Lock waits are bounded by
-  ``busy_timeout`` seconds (default 30).
+  ``busy_timeout`` seconds (default 30). Release, abandon and the side-effect mark are
+  written once for this store and the memory store (:mod:`.._deciding`).
 - **Time.** The host clock (``clock``, seconds; default :func:`time.time`; ``now_ms()``
   reads it), read *after* the write lock is taken. One host, one clock: the store is for
   processes on one machine.
@@ -69,15 +70,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ..._durations import to_seconds
 from ...errors import StoreUnavailableError
 from ...protocol import (
-    decide_abandon,
     decide_complete,
-    decide_mark_effect,
-    decide_release,
     decide_renew,
 )
-from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
+from ...record import Claim, Completion, ExpiredPolicy, Record
+from .._deciding import DecidesInPython, Decision
 from .._wakeup import Wakeup, awatch_polling, watch_polling
-from ..base import BaseIdempotencyStore, ClaimRequest
+from ..base import ClaimRequest
 from ._connections import Pool
 from ._describe import describe_file
 from ._schema import COLUMNS, ensure_schema, expired, live, rollback, write_row
@@ -104,7 +103,7 @@ Synchronous = Literal["NORMAL", "FULL"]
 _Decided: TypeAlias = tuple[_T, Record | None, int]
 
 
-class SqliteIdempotencyStore(BaseIdempotencyStore):
+class SqliteIdempotencyStore(DecidesInPython):
     """Records in one SQLite table. See the module docstring for the full contract.
 
     ``path`` is the database file (created on first use; its directory must exist).
@@ -292,30 +291,6 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
         self._wakeup.notify(key)
         return answer
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
-        ok = self._keeping_expiry(
-            key, lambda rec, now: decide_release(rec, owner=owner, fence=fence, now=now)
-        )
-        if ok:
-            self._wakeup.notify(key)
-        return ok
-
-    def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
-    ) -> bool:
-        ok = self._keeping_expiry(
-            key,
-            lambda rec, now: decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now),
-        )
-        if ok:
-            self._wakeup.notify(key)
-        return ok
-
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return self._keeping_expiry(
-            key, lambda rec, now: decide_mark_effect(rec, owner=owner, fence=fence, now=now)
-        )
-
     def get(self, key: str) -> Record | None:
         with self._connection(key) as db:
             row = db.execute(
@@ -443,9 +418,7 @@ class SqliteIdempotencyStore(BaseIdempotencyStore):
 
         return self._in_write_txn(key, lambda db, now: self._decide_in(db, key, now, decide))
 
-    def _keeping_expiry(
-        self, key: str, decide: Callable[[Record | None, int], tuple[bool, Record | None]]
-    ) -> bool:
+    def _keeping_expiry(self, key: str, decide: Decision) -> bool:
         """:meth:`_transact` for a decision that leaves the row's ``expires_at`` as it is
         (release, abandon, the side-effect mark): ``decide(record, now)``."""
 

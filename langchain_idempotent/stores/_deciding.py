@@ -1,0 +1,58 @@
+"""Release, abandon and the side-effect mark, written once for the stores that apply the
+protocol's decisions in Python (memory, SQLite).
+
+Each is one decision of :mod:`langchain_idempotent.protocol` on the live record under the
+key, written with the record's expiry kept; a release or an abandon that took effect wakes
+the key's waiters in this process. A store supplies :meth:`~DecidesInPython._keeping_expiry`
+(under its lock, or in its write transaction) and ``_wakeup``.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable
+
+from ..protocol import decide_abandon, decide_mark_effect, decide_release
+from ..record import Record, UncertainReason
+from ._wakeup import Wakeup
+from .base import BaseIdempotencyStore
+
+__all__ = ["DecidesInPython", "Decision"]
+
+#: ``decide(record, now)``: the answer and the record to write (``None``: unchanged).
+Decision = Callable[[Record | None, int], tuple[bool, Record | None]]
+
+
+class DecidesInPython(BaseIdempotencyStore):
+    """A store whose operations decide in Python (see the module docstring)."""
+
+    _wakeup: Wakeup
+
+    @abstractmethod
+    def _keeping_expiry(self, key: str, decide: Decision) -> bool:
+        """``decide(record, now)`` on the live record under ``key``, atomically, then write
+        the record it decides with the record's expiry kept; returns the answer."""
+
+    def release(self, key: str, *, owner: str, fence: int) -> bool:
+        ok = self._keeping_expiry(
+            key, lambda rec, now: decide_release(rec, owner=owner, fence=fence, now=now)
+        )
+        if ok:
+            self._wakeup.notify(key)
+        return ok
+
+    def abandon(
+        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+    ) -> bool:
+        ok = self._keeping_expiry(
+            key,
+            lambda rec, now: decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now),
+        )
+        if ok:
+            self._wakeup.notify(key)
+        return ok
+
+    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+        return self._keeping_expiry(
+            key, lambda rec, now: decide_mark_effect(rec, owner=owner, fence=fence, now=now)
+        )
