@@ -628,6 +628,8 @@ class Run:
             if a.dead and not a.glet.dead:
                 with contextlib.suppress(Crashed):
                     a.glet.throw(Crashed())
+        for a in self.actors:  # or each run's greenlets, and the run with them, stay alive
+            _RENEWALS.drop(a.glet)
         out = Outcome(self.plan, self.h, self.sink, self.keys, stuck=stuck)
         for key in self.keys:
             out.finals[key] = self.backend.store.get(key)
