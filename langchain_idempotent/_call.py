@@ -165,12 +165,13 @@ class PendingCall:
         self,
         engine: Engine,
         action: Callable[[], Any],
-        config: RunnableConfig,
+        config: RunnableConfig | Callable[[], RunnableConfig],
         step: StepCalls | None = None,
     ) -> Any:
-        """Run ``action`` once for this call's key; dispatch events against ``config``. The
-        answer is stored marked (see :mod:`._replay`) and returned as the current call's.
-        ``step``: the other calls of its model message, claimed with it (:mod:`._siblings`)."""
+        """Run ``action`` once for this call's key; dispatch events against ``config`` (or
+        the config it makes, asked only when there is an event). The answer is stored
+        marked (see :mod:`._replay`) and returned as the current call's. ``step``: the
+        other calls of its model message, claimed with it (:mod:`._siblings`)."""
         if self.duplicate and engine.policy.identical_calls == "reject":
             return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
@@ -196,14 +197,16 @@ class PendingCall:
             for event in self.events:
                 # No parent run (a bare call without callbacks): the log line still says it.
                 with contextlib.suppress(RuntimeError):
-                    dispatch_custom_event(_event_name(event), _event_data(event), config=config)
+                    dispatch_custom_event(
+                        _event_name(event), _event_data(event), config=_made(config)
+                    )
         return restamp(result, call_id, replayed=self.replayed)
 
     async def arun(
         self,
         engine: Engine,
         action: Callable[[], Awaitable[Any]],
-        config: RunnableConfig,
+        config: RunnableConfig | Callable[[], RunnableConfig],
         step: StepCalls | None = None,
     ) -> Any:
         """The async twin of :meth:`run`."""
@@ -232,7 +235,7 @@ class PendingCall:
             for event in self.events:
                 with contextlib.suppress(RuntimeError):
                     await adispatch_custom_event(
-                        _event_name(event), _event_data(event), config=config
+                        _event_name(event), _event_data(event), config=_made(config)
                     )
         return restamp(result, call_id, replayed=self.replayed)
 
@@ -242,6 +245,10 @@ def unmemoized_if_error(result: Any) -> Any:
     if isinstance(result, ToolMessage) and result.status == "error":
         return Unmemoized(result)
     return result
+
+
+def _made(config: RunnableConfig | Callable[[], RunnableConfig]) -> RunnableConfig:
+    return config() if callable(config) else config
 
 
 def _event_name(event: IdempotencyEvent) -> str:

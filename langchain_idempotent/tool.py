@@ -193,12 +193,11 @@ class IdempotentTool(BaseTool):
     def _start(
         self, input: Any, config: RunnableConfig, pending: PendingCall | None
     ) -> tuple[RunnableConfig, Any]:
+        """``config`` (already ensured) with the key in its metadata: a shallow copy, no
+        second ``ensure_config``."""
         if pending is not None:
-            config = patch_config(config)
-            config["metadata"] = {
-                **config.get("metadata", {}),
-                "idempotency_key": pending.derived.key,
-            }
+            metadata = {**config.get("metadata", {}), "idempotency_key": pending.derived.key}
+            config = {**config, "metadata": metadata}  # type: ignore[typeddict-item]
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -314,11 +313,7 @@ class IdempotentTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         pending = self._take_pending()
-        child = (
-            config
-            if run_manager is None
-            else patch_config(config, callbacks=run_manager.get_child())
-        )
+        child = _child_config(config, run_manager)
         direct = self._direct
 
         def action() -> Any:
@@ -326,7 +321,7 @@ class IdempotentTool(BaseTool):
                 result = direct.run(args, kwargs, config=config, run_manager=run_manager)
                 return self._kept(unmemoized_if_error(result), pending)
             return self._kept(
-                self._shape(self._runner.invoke(self._envelope(pending), child)), pending
+                self._shape(self._runner.invoke(self._envelope(pending), child())), pending
             )
 
         return pending.run(self.engine, action, child, self._step(pending, config))
@@ -339,18 +334,14 @@ class IdempotentTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         pending = self._take_pending()
-        child = (
-            config
-            if run_manager is None
-            else patch_config(config, callbacks=run_manager.get_child())
-        )
+        child = _child_config(config, run_manager)
         direct = self._direct
 
         async def action() -> Any:
             if direct is not None:
                 result = await direct.arun(args, kwargs, config=config, run_manager=run_manager)
                 return self._kept(unmemoized_if_error(result), pending)
-            result = self._shape(await self._runner.ainvoke(self._envelope(pending), child))
+            result = self._shape(await self._runner.ainvoke(self._envelope(pending), child()))
             return self._kept(result, pending)
 
         return await pending.arun(self.engine, action, child, self._step(pending, config))
@@ -420,6 +411,27 @@ class IdempotentTool(BaseTool):
                 "arguments did not validate against its model-visible schema"
             )
         return pending
+
+
+def _child_config(
+    config: RunnableConfig,
+    run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
+) -> Callable[[], RunnableConfig]:
+    """The config of what runs inside this tool run (the inner tool invoked, the events
+    dispatched), made on first use: a call that dispatches nothing and runs the inner
+    tool's ``_run`` directly opens no child callback manager."""
+    made: list[RunnableConfig] = []
+
+    def child() -> RunnableConfig:
+        if not made:
+            made.append(
+                config
+                if run_manager is None
+                else patch_config(config, callbacks=run_manager.get_child())
+            )
+        return made[0]
+
+    return child
 
 
 @overload
