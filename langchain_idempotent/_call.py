@@ -27,7 +27,7 @@ from . import _batch, _siblings
 from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
 from ._replay import mark_answer, restamp
 from ._siblings import StepCalls
-from .engine import Engine, Unmemoized
+from .engine import Claimed, Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
 from .keys import CallInfo, DerivedKey, call_info, calling, derive_key
@@ -161,6 +161,18 @@ class PendingCall:
         if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
+    def _engine_kwargs(self, claimed: Claimed | None) -> dict[str, Any]:
+        """What :meth:`Engine.run` / :meth:`Engine.arun` are told about this call."""
+        return {
+            "fingerprint": self.derived.fingerprint,
+            "tool": self.tool,
+            "meta": self.derived.meta,
+            "observer": self.observe,
+            "args": self.args,
+            "thread_id": self.thread_id,
+            "claimed": claimed,
+        }
+
     def run(
         self,
         engine: Engine,
@@ -182,17 +194,7 @@ class PendingCall:
 
         try:
             claimed = _siblings.take(_siblings.Sibling(engine, self), step) if step else None
-            result = engine.run(
-                self.derived.key,
-                fingerprint=self.derived.fingerprint,
-                action=marked,
-                tool=self.tool,
-                meta=self.derived.meta,
-                observer=self.observe,
-                args=self.args,
-                thread_id=self.thread_id,
-                claimed=claimed,
-            )
+            result = engine.run(self.derived.key, action=marked, **self._engine_kwargs(claimed))
         finally:
             for event in self.events:
                 # No parent run (a bare call without callbacks): the log line still says it.
@@ -221,15 +223,7 @@ class PendingCall:
         try:
             claimed = await _siblings.atake(_siblings.Sibling(engine, self), step) if step else None
             result = await engine.arun(
-                self.derived.key,
-                fingerprint=self.derived.fingerprint,
-                action=marked,
-                tool=self.tool,
-                meta=self.derived.meta,
-                observer=self.observe,
-                args=self.args,
-                thread_id=self.thread_id,
-                claimed=claimed,
+                self.derived.key, action=marked, **self._engine_kwargs(claimed)
             )
         finally:
             for event in self.events:

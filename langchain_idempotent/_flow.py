@@ -310,28 +310,30 @@ class Flow:
     def _abandon(
         self, call: _Call, ctx: IdempotencyContext, reason: UncertainReason
     ) -> Generator[_Step, Any, None]:
-        try:
-            abandoned = yield _AbandonStep(ctx, reason)
-        except IdempotencyError as exc:
-            self._emit(
-                call, "store_error", ctx.fence, ctx.attempt, {"op": "abandon", "error": str(exc)}
-            )
-            return
-        if abandoned:
-            self._emit(call, "abandon", ctx.fence, ctx.attempt, {"reason": reason})
+        yield from self._let_go(call, ctx, _AbandonStep(ctx, reason), {"reason": reason})
 
     def _release(
         self, call: _Call, ctx: IdempotencyContext, txn: Any = None
     ) -> Generator[_Step, Any, None]:
+        yield from self._let_go(call, ctx, _ReleaseStep(ctx, txn))
+
+    def _let_go(
+        self,
+        call: _Call,
+        ctx: IdempotencyContext,
+        step: _AbandonStep | _ReleaseStep,
+        detail: Mapping[str, Any] | None = None,
+    ) -> Generator[_Step, Any, None]:
+        """Abandon or release the key; a store error is reported, not raised (the lease
+        then expires on its own)."""
+        op: EventKind = "abandon" if isinstance(step, _AbandonStep) else "release"
         try:
-            released = yield _ReleaseStep(ctx, txn)
+            done = yield step
         except IdempotencyError as exc:
-            self._emit(
-                call, "store_error", ctx.fence, ctx.attempt, {"op": "release", "error": str(exc)}
-            )
+            self._emit(call, "store_error", ctx.fence, ctx.attempt, {"op": op, "error": str(exc)})
             return
-        if released:
-            self._emit(call, "release", ctx.fence, ctx.attempt)
+        if done:
+            self._emit(call, op, ctx.fence, ctx.attempt, detail)
 
     def _is_terminal(self, exc: BaseException) -> bool:
         # A key reused with other arguments (a remote store said so, e.g. an MCP server)
