@@ -177,13 +177,14 @@ class PendingCall:
         self,
         engine: Engine,
         action: Callable[[], Any],
-        config: RunnableConfig | Callable[[], RunnableConfig],
+        config: RunnableConfig | Callable[[], RunnableConfig] | None,
         step: StepCalls | None = None,
     ) -> Any:
         """Run ``action`` once for this call's key; dispatch events against ``config`` (or
-        the config it makes, asked only when there is an event). The answer is stored
-        marked (see :mod:`._replay`) and returned as the current call's. ``step``: the
-        other calls of its model message, claimed with it (:mod:`._siblings`)."""
+        the config it makes, asked only when there is an event; ``None``: no callback
+        handler listens, the events are only logged). The answer is stored marked (see
+        :mod:`._replay`) and returned as the current call's. ``step``: the other calls of
+        its model message, claimed with it (:mod:`._siblings`)."""
         if self.duplicate and engine.policy.identical_calls == "reject":
             return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
@@ -196,7 +197,7 @@ class PendingCall:
             claimed = _siblings.take(_siblings.Sibling(engine, self), step) if step else None
             result = engine.run(self.derived.key, action=marked, **self._engine_kwargs(claimed))
         finally:
-            for event in self.events:
+            for event in self.events if config is not None else ():
                 # No parent run (a bare call without callbacks): the log line still says it.
                 with contextlib.suppress(RuntimeError):
                     dispatch_custom_event(
@@ -208,7 +209,7 @@ class PendingCall:
         self,
         engine: Engine,
         action: Callable[[], Awaitable[Any]],
-        config: RunnableConfig | Callable[[], RunnableConfig],
+        config: RunnableConfig | Callable[[], RunnableConfig] | None,
         step: StepCalls | None = None,
     ) -> Any:
         """The async twin of :meth:`run`."""
@@ -226,7 +227,7 @@ class PendingCall:
                 self.derived.key, action=marked, **self._engine_kwargs(claimed)
             )
         finally:
-            for event in self.events:
+            for event in self.events if config is not None else ():
                 with contextlib.suppress(RuntimeError):
                     await adispatch_custom_event(
                         _event_name(event), _event_data(event), config=_made(config)
@@ -241,7 +242,8 @@ def unmemoized_if_error(result: Any) -> Any:
     return result
 
 
-def _made(config: RunnableConfig | Callable[[], RunnableConfig]) -> RunnableConfig:
+def _made(config: RunnableConfig | Callable[[], RunnableConfig] | None) -> RunnableConfig:
+    assert config is not None
     return config() if callable(config) else config
 
 

@@ -24,7 +24,7 @@ returned as such and not memoized, so a retry runs again.
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import Any, Unpack, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.messages import ToolMessage
@@ -34,7 +34,6 @@ from langchain_core.tools import tool as as_tool
 from pydantic import (
     ConfigDict,
     Field,
-    PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     model_serializer,
@@ -70,9 +69,13 @@ class IdempotentTool(BaseTool):
     """The wrapped tool."""
     engine: Engine = Field(exclude=True)
     """The engine (store + policy) the calls go through."""
-    _runner: BaseTool = PrivateAttr()
-    _direct: DirectCall | None = PrivateAttr()
-    _handoff: Handoff | None = PrivateAttr()
+    if TYPE_CHECKING:
+        # Fixed per tool and read on every call: plain instance attributes (set in
+        # ``__init__``), not pydantic private ones, whose every read is a Python-level
+        # ``__getattr__`` (about a microsecond each).
+        _runner: BaseTool
+        _direct: DirectCall | None
+        _handoff: Handoff | None
 
     def __init__(
         self, inner: BaseTool, *, engine: Engine, handoff: Handoff | None = None, **kwargs: Any
@@ -324,7 +327,8 @@ class IdempotentTool(BaseTool):
                 self._shape(self._runner.invoke(self._envelope(pending), child())), pending
             )
 
-        return pending.run(self.engine, action, child, self._step(pending, config))
+        events = child if _listened(run_manager) else None
+        return pending.run(self.engine, action, events, self._step(pending, config))
 
     async def _arun(
         self,
@@ -344,7 +348,8 @@ class IdempotentTool(BaseTool):
             result = self._shape(await self._runner.ainvoke(self._envelope(pending), child()))
             return self._kept(result, pending)
 
-        return await pending.arun(self.engine, action, child, self._step(pending, config))
+        events = child if _listened(run_manager) else None
+        return await pending.arun(self.engine, action, events, self._step(pending, config))
 
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
@@ -411,6 +416,14 @@ class IdempotentTool(BaseTool):
                 "arguments did not validate against its model-visible schema"
             )
         return pending
+
+
+def _listened(
+    run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
+) -> bool:
+    """Whether a callback event dispatched in this tool run reaches any handler: not when
+    its manager (configured with the environment's tracers) has none to pass it to."""
+    return run_manager is None or bool(run_manager.handlers or run_manager.inheritable_handlers)
 
 
 def _child_config(
