@@ -62,17 +62,9 @@ class Flow:
 
     def _flow(self, call: _Call) -> Generator[_Step, Any, Any]:
         """Claim (waiting out a live lease), then run and complete, or answer without
-        running: a replay, a reconciled result, or an unprotected run (fail open)."""
-        got = yield from self._acquire(call)
-        if got is None:
-            return (yield from self._unprotected(call))
-        if isinstance(got, _Answer):
-            return got.value
-        return (yield from self._run_owned(call, got))
-
-    def _acquire(self, call: _Call) -> Generator[_Step, Any, Claim | _Answer | None]:
-        """Claim until the claim runs (the claim), answers (``_Answer``) or the store is
-        down with ``fail_open`` (``None``); BUSY waits, MISMATCH and EXPIRED raise."""
+        running: a replay, a reconciled result, or an unprotected run (fail open, the store
+        down). BUSY waits and claims again; MISMATCH and EXPIRED (``on_expired="raise"``)
+        raise. The common first run and replay pass through this one frame."""
         deadline: float | None = None
         while True:
             try:
@@ -80,14 +72,14 @@ class Flow:
             except IdempotencyError as exc:  # unreachable store or an unreadable record
                 self._emit(call, "store_error", detail={"op": "claim", "error": str(exc)})
                 if self.policy.fail_open and isinstance(exc, StoreUnavailableError):
-                    return None
+                    return (yield from self._unprotected(call))
                 raise
             outcome = claim.outcome
             if outcome is ClaimOutcome.REPLAY:
                 self._emit(call, "replay", claim.fence, claim.attempt)
-                return _Answer(self._replay(call, claim.payload, claim.failed))
+                return self._replay(call, claim.payload, claim.failed)
             if outcome.runs:
-                return claim
+                return (yield from self._run_owned(call, claim))
             if outcome is ClaimOutcome.BUSY:
                 first = deadline is None
                 if deadline is None:  # infinite for wait_timeout=None: the lease bounds it
@@ -105,7 +97,7 @@ class Flow:
                     "must identify one payload (use a new key for a new request)",
                     key=call.key,
                 )
-            return _Answer((yield from self._expired(call, claim)))
+            return (yield from self._expired(call, claim))
 
     def _watch(self, call: _Call, claim: Claim, deadline: float) -> _WatchStep:
         """The watch on a BUSY key, or :class:`InProgressError` once the wait is over."""
