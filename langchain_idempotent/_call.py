@@ -27,7 +27,7 @@ from . import _batch, _siblings
 from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
 from ._replay import mark_answer, restamp
 from ._siblings import StepCalls
-from .engine import Engine, Unmemoized
+from .engine import Claimed, Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
 from .keys import CallInfo, DerivedKey, call_info, calling, derive_key
@@ -161,16 +161,30 @@ class PendingCall:
         if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
+    def _engine_kwargs(self, claimed: Claimed | None) -> dict[str, Any]:
+        """What :meth:`Engine.run` / :meth:`Engine.arun` are told about this call."""
+        return {
+            "fingerprint": self.derived.fingerprint,
+            "tool": self.tool,
+            "meta": self.derived.meta,
+            "observer": self.observe,
+            "args": self.args,
+            "thread_id": self.thread_id,
+            "claimed": claimed,
+        }
+
     def run(
         self,
         engine: Engine,
         action: Callable[[], Any],
-        config: RunnableConfig,
+        config: RunnableConfig | Callable[[], RunnableConfig] | None,
         step: StepCalls | None = None,
     ) -> Any:
-        """Run ``action`` once for this call's key; dispatch events against ``config``. The
-        answer is stored marked (see :mod:`._replay`) and returned as the current call's.
-        ``step``: the other calls of its model message, claimed with it (:mod:`._siblings`)."""
+        """Run ``action`` once for this call's key; dispatch events against ``config`` (or
+        the config it makes, asked only when there is an event; ``None``: no callback
+        handler listens, the events are only logged). The answer is stored marked (see
+        :mod:`._replay`) and returned as the current call's. ``step``: the other calls of
+        its model message, claimed with it (:mod:`._siblings`)."""
         if self.duplicate and engine.policy.identical_calls == "reject":
             return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
@@ -181,29 +195,21 @@ class PendingCall:
 
         try:
             claimed = _siblings.take(_siblings.Sibling(engine, self), step) if step else None
-            result = engine.run(
-                self.derived.key,
-                fingerprint=self.derived.fingerprint,
-                action=marked,
-                tool=self.tool,
-                meta=self.derived.meta,
-                observer=self.observe,
-                args=self.args,
-                thread_id=self.thread_id,
-                claimed=claimed,
-            )
+            result = engine.run(self.derived.key, action=marked, **self._engine_kwargs(claimed))
         finally:
-            for event in self.events:
+            for event in self.events if config is not None else ():
                 # No parent run (a bare call without callbacks): the log line still says it.
                 with contextlib.suppress(RuntimeError):
-                    dispatch_custom_event(_event_name(event), _event_data(event), config=config)
+                    dispatch_custom_event(
+                        _event_name(event), _event_data(event), config=_made(config)
+                    )
         return restamp(result, call_id, replayed=self.replayed)
 
     async def arun(
         self,
         engine: Engine,
         action: Callable[[], Awaitable[Any]],
-        config: RunnableConfig,
+        config: RunnableConfig | Callable[[], RunnableConfig] | None,
         step: StepCalls | None = None,
     ) -> Any:
         """The async twin of :meth:`run`."""
@@ -218,21 +224,13 @@ class PendingCall:
         try:
             claimed = await _siblings.atake(_siblings.Sibling(engine, self), step) if step else None
             result = await engine.arun(
-                self.derived.key,
-                fingerprint=self.derived.fingerprint,
-                action=marked,
-                tool=self.tool,
-                meta=self.derived.meta,
-                observer=self.observe,
-                args=self.args,
-                thread_id=self.thread_id,
-                claimed=claimed,
+                self.derived.key, action=marked, **self._engine_kwargs(claimed)
             )
         finally:
-            for event in self.events:
+            for event in self.events if config is not None else ():
                 with contextlib.suppress(RuntimeError):
                     await adispatch_custom_event(
-                        _event_name(event), _event_data(event), config=config
+                        _event_name(event), _event_data(event), config=_made(config)
                     )
         return restamp(result, call_id, replayed=self.replayed)
 
@@ -242,6 +240,11 @@ def unmemoized_if_error(result: Any) -> Any:
     if isinstance(result, ToolMessage) and result.status == "error":
         return Unmemoized(result)
     return result
+
+
+def _made(config: RunnableConfig | Callable[[], RunnableConfig] | None) -> RunnableConfig:
+    assert config is not None
+    return config() if callable(config) else config
 
 
 def _event_name(event: IdempotencyEvent) -> str:

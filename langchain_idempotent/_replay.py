@@ -113,9 +113,15 @@ def _single_answer(result: Any) -> ToolMessage | None:
     return None
 
 
+#: Answers that hold no message (exact types: a subclass may be anything).
+_PLAIN = frozenset({str, dict, tuple, int, float, bool, bytes, type(None)})
+
+
 def _map_messages(result: Any, fn: _Stamp) -> Any:
     """``result`` with ``fn`` applied to each ``ToolMessage`` it answers with: itself, the
     items of a list of tool outputs, or the messages of a ``Command``'s update."""
+    if type(result) in _PLAIN:  # the common answer: no message in it
+        return result
     if isinstance(result, ToolMessage):
         return fn(result)
     if isinstance(result, list) and result and all(isinstance(r, ToolOutputMixin) for r in result):

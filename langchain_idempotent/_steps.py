@@ -12,12 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .context import IdempotencyContext
 from .events import EventHook
 from .reconcile import ReconcileCall, Reconciler
 from .record import UncertainReason
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Unmemoized(Generic[V]):
+    """What an action returns for an answer that must not be stored (a handled tool error):
+    the engine releases the key, so a retry runs again, and returns ``value``."""
+
+    value: V
 
 
 class _ClaimStep:

@@ -459,12 +459,16 @@ def asked_about(record: Record | None) -> str | None:
 
 def decide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
     """Run :func:`flow` on ``engine``'s store (sync)."""
+    if engine.policy.approval is False:  # what flow answers, without starting it
+        return Verdict(pending, pending.tool_input)
     result: Verdict = _drive(flow(pending, engine.policy, config), engine.store, config)
     return result
 
 
 async def adecide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
     """Run :func:`flow` on ``engine``'s store (async)."""
+    if engine.policy.approval is False:
+        return Verdict(pending, pending.tool_input)
     result: Verdict = await _adrive(flow(pending, engine.policy, config), engine.store, config)
     return result
 

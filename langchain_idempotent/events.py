@@ -138,8 +138,12 @@ class EventCounter:
         self._counts: Counter[str] = Counter()
 
     def __call__(self, event: IdempotencyEvent) -> None:
+        self.add(event.kind)
+
+    def add(self, kind: str) -> None:
+        """Count one event of ``kind`` (no event needs to be built for it)."""
         with self._lock:
-            self._counts[event.kind] += 1
+            self._counts[kind] += 1
 
     def __getitem__(self, kind: str) -> int:
         with self._lock:

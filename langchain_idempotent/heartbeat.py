@@ -56,7 +56,8 @@ class _Scheduler:
     def _reset(self) -> None:
         """Fresh state; also run in a forked child, where another thread of the parent may
         have held the lock at ``fork()`` (it would stay locked forever)."""
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, Renewal]] = []
         self._seq = itertools.count()
         self._pid = -1
@@ -65,7 +66,7 @@ class _Scheduler:
 
     def add(self, renewal: Renewal) -> None:
         due = time.monotonic() + renewal.every
-        with self._cond:
+        with self._lock:  # the condition's own lock, held without its Python-level wrapper
             if self._pid != os.getpid():
                 self._heap.clear()  # after fork: the parent's thread is gone
                 self._pid = os.getpid()

@@ -45,6 +45,7 @@ The fingerprint (a hash of tool and canonical arguments) is stored with the reco
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 import warnings
@@ -175,9 +176,7 @@ def model_schema(tool: Any) -> Any:
     """What the model fills in for ``tool``: its ``tool_call_schema``; for a legacy
     single-input ``Tool`` (no ``args_schema``) the one string LangChain shows the model as
     ``__arg1`` (such a tool's ``tool_call_schema`` describes its ``_run`` instead)."""
-    from langchain_core.tools import Tool
-
-    if isinstance(tool, Tool) and tool.args_schema is None:
+    if getattr(tool, "args_schema", None) is None and isinstance(tool, _legacy_tool()):
         return _SingleInput(
             type="object",
             title=tool.name,
@@ -186,6 +185,14 @@ def model_schema(tool: Any) -> Any:
             required=["__arg1"],
         )
     return tool.tool_call_schema
+
+
+@functools.cache
+def _legacy_tool() -> type[Any]:
+    """LangChain's single-input ``Tool`` class (imported on first use)."""
+    from langchain_core.tools import Tool
+
+    return Tool
 
 
 def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[str, Any]:
@@ -202,12 +209,13 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
             return dict(tool_input)  # the tool itself refuses this
         return {"__arg1": tool_input}
     if isinstance(schema, type) and issubclass(schema, BaseModel):
-        fields = schema.model_fields
+        fields = _field_set(schema)
         if isinstance(tool_input, str):
             # As LangChain does: a string is the first argument (``""`` for a tool with none).
-            tool_input = {next(iter(fields)): tool_input} if fields else {}
+            first = next(iter(schema.model_fields), None)
+            tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        return json_arguments(schema.model_validate(visible), set(fields))
+        return json_arguments(schema.model_validate(visible), fields)
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
@@ -236,7 +244,16 @@ def by_field_name(args_schema: Any, tool_input: Any) -> Any:
     return renamed
 
 
+@functools.lru_cache(maxsize=1024)
+def _field_set(schema: type[BaseModel]) -> set[str]:
+    """The field names of a model-visible schema (read once per schema class; shared, so
+    callers must not mutate it)."""
+    return set(schema.model_fields)
+
+
+@functools.lru_cache(maxsize=1024)
 def _field_names_by_alias(schema: type[BaseModel]) -> dict[str, str]:
+    """Field name by alias (read once per schema class; callers must not mutate it)."""
     from pydantic import AliasChoices, AliasPath
 
     names: dict[str, str] = {}
@@ -299,12 +316,12 @@ def _parent_call(checkpoint_ns: str) -> str | None:
 
 
 def _digest(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
+    """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update)."""
+    chunks: list[bytes] = []
     for part in parts:
         data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
-        h.update(b"%d:" % len(data))
-        h.update(data)
-    return h.hexdigest()
+        chunks += (b"%d:" % len(data), data)
+    return hashlib.sha256(b"".join(chunks)).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +341,7 @@ class KeyExplanation:
 
 def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
     """The key, fingerprint and record meta for one call under ``scope``."""
-    explained = _explain(info, scope)
+    key = _key_of(*_key_parts(info, scope))
     fingerprint = _digest("fp", info.tool, info.canonical_args)[:32]
     meta = {
         "namespace": info.namespace,
@@ -336,7 +353,7 @@ def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
         "parent_call": info.parent_call or "",
         "key_version": str(KEY_VERSION),
     }
-    return DerivedKey(explained.key, fingerprint, meta)
+    return DerivedKey(key, fingerprint, meta)
 
 
 def explain_key(
@@ -381,7 +398,25 @@ def explain_key(
 
 
 def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
-    version = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
+    name, named = _key_parts(info, scope)
+    key = _key_of(name, named)
+    parts = tuple(
+        (part, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+        for part, value in named
+    )
+    return KeyExplanation(key, name, parts)
+
+
+#: The version part of every key (:data:`CANONICAL_VERSION` and :data:`KEY_VERSION`).
+_VERSION = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
+
+
+def _key_parts(
+    info: CallInfo, scope: Scope | KeyFunction
+) -> tuple[str, list[tuple[str, str | bytes]]]:
+    """The scope's name and the named parts of the key, in the order they are hashed; the
+    text of an explanation is built from them only when one is asked for."""
+    version = _VERSION
     if callable(scope):
         user_key = scope(info)
         if not isinstance(user_key, str) or not user_key:
@@ -390,13 +425,7 @@ def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
                 f"got {user_key!r}"
             )
         _check_key_function(info, user_key)
-        custom: tuple[tuple[str, str], ...] = (
-            ("version", version),
-            ("namespace", info.namespace),
-            ("custom", user_key),
-        )
-        key = _digest(version, info.namespace, "custom", user_key)
-        return KeyExplanation(key, "custom", custom)
+        return "custom", [("version", version), ("namespace", info.namespace), ("custom", user_key)]
     if info.thread_id is None:
         raise MissingScopeError(
             f"tool {info.tool!r} was called without a thread id, so there is nothing to make "
@@ -435,12 +464,15 @@ def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
                 f"{{'{TURN_CONFIG_KEY}': ...}}}} to name the turn"
             )
         named += [("arguments", info.canonical_args), ("turn", turn)]
-    key = _digest(*(value for _, value in named))
-    parts = tuple(
-        (name, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
-        for name, value in named
-    )
-    return KeyExplanation(key, scope, parts)
+    return scope, named
+
+
+def _key_of(scope: str, named: list[tuple[str, str | bytes]]) -> str:
+    """The key hashed from :func:`_key_parts` (a custom key hashes its marker too)."""
+    if scope == "custom":
+        (_, version), (_, namespace), (_, user_key) = named
+        return _digest(version, namespace, "custom", user_key)
+    return _digest(*[value for _, value in named])
 
 
 def _check_key_function(info: CallInfo, user_key: str) -> None:

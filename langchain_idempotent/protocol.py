@@ -22,10 +22,14 @@ A TAKEOVER, RETRY or EXPIRED answer carries ``reason``: ``"lease_expired"``, or 
 an abandoned record names (``"cancelled"``, ...); TAKEOVER and EXPIRED carry ``entered``
 (the effect mark was ``"entered"``, not ``"unmarked"``). Neither FREE nor an absent record is
 uncertain: a released key failed in a way the tool itself reported. Every claim that
-writes a new attempt (ACQUIRED, TAKEOVER, RETRY) sets the effect mark: ``"before"`` when the
-claimant's tool marks its effect (``boundary=True``), else ``"unmarked"``. A record whose
-attempt never entered its block (``"before"``) is not uncertain: its effect never started,
-so the next claimant retries it cleanly under either policy.
+writes a new attempt on a clean record (ACQUIRED, RETRY) sets the effect mark: ``"before"``
+when the claimant's tool marks its effect (``boundary=True``), else ``"unmarked"``. A record
+whose attempt never entered its block (``"before"``) is not uncertain: its effect never
+started, so the next claimant retries it cleanly under either policy. A TAKEOVER keeps the
+mark it found (``"entered"`` or ``"unmarked"``): the uncertainty is the key's, not the
+attempt's, and lasts until a completion or a release. A taker that dies before its own
+block (or whose claim reply is lost) leaves the key as uncertain as it found it, so the next
+claimant takes over (and reconciles) again instead of retrying as if nothing had run.
 
 mark_effect (the tool enters its side-effect block): only while ``RUNNING`` with the
 caller's owner and fence, the effect mark becomes ``"entered"``; nothing else changes.
@@ -156,7 +160,8 @@ def _expired(
             ClaimOutcome.EXPIRED, rec.fence, rec.attempt, reason=reason, entered=entered
         )
         return expired, None
-    return take(ClaimOutcome.TAKEOVER, reason=reason, entered=entered)
+    # The previous attempt's effect may have happened: the new attempt inherits that.
+    return take(ClaimOutcome.TAKEOVER, reason=reason, entered=entered, effect=rec.effect)
 
 
 def _take(

@@ -149,7 +149,7 @@ class ResultSerializer:
                 f"it would not decode ({exc})",
                 key,
             ) from exc
-        problem = _difference(value, revived, "result")
+        problem = None if _same(value, revived) else _difference(value, revived, "result")
         if problem is not None:
             raise _refusal(
                 UnstorableResultError, f"the tool result would not replay as itself: {problem}", key
@@ -265,6 +265,28 @@ def _refusal(
 
 
 # -- the round-trip check ----------------------------------------------------------------
+
+#: Types whose decoded copy replays as itself exactly when it has the same type and
+#: compares equal (what :func:`_difference` checks for them, without building paths).
+_EXACT = frozenset({str, int, bool, type(None), bytes})
+
+
+def _same(before: Any, after: Any) -> bool:
+    """Whether :func:`_difference` finds no difference, answered for plain JSON-like values
+    without building the paths it reports (those are built only for a difference)."""
+    kind = type(before)
+    if type(after) is not kind:
+        return False
+    if kind in _EXACT:
+        return bool(before == after)
+    if kind is dict:
+        return len(before) == len(after) and all(
+            type(ak) is type(bk) and _same(bk, ak) and _same(bv, av)
+            for (bk, bv), (ak, av) in zip(before.items(), after.items(), strict=True)
+        )
+    if kind is list:
+        return len(before) == len(after) and all(map(_same, before, after))
+    return _difference(before, after, "result") is None
 
 
 def _difference(before: Any, after: Any, where: str) -> str | None:

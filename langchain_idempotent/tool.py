@@ -24,7 +24,7 @@ returned as such and not memoized, so a retry runs again.
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from typing import Any, Unpack, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.messages import ToolMessage
@@ -34,7 +34,6 @@ from langchain_core.tools import tool as as_tool
 from pydantic import (
     ConfigDict,
     Field,
-    PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     model_serializer,
@@ -70,9 +69,13 @@ class IdempotentTool(BaseTool):
     """The wrapped tool."""
     engine: Engine = Field(exclude=True)
     """The engine (store + policy) the calls go through."""
-    _runner: BaseTool = PrivateAttr()
-    _direct: DirectCall | None = PrivateAttr()
-    _handoff: Handoff | None = PrivateAttr()
+    if TYPE_CHECKING:
+        # Fixed per tool and read on every call: plain instance attributes (set in
+        # ``__init__``), not pydantic private ones, whose every read is a Python-level
+        # ``__getattr__`` (about a microsecond each).
+        _runner: BaseTool
+        _direct: DirectCall | None
+        _handoff: Handoff | None
 
     def __init__(
         self, inner: BaseTool, *, engine: Engine, handoff: Handoff | None = None, **kwargs: Any
@@ -193,12 +196,11 @@ class IdempotentTool(BaseTool):
     def _start(
         self, input: Any, config: RunnableConfig, pending: PendingCall | None
     ) -> tuple[RunnableConfig, Any]:
+        """``config`` (already ensured) with the key in its metadata: a shallow copy, no
+        second ``ensure_config``."""
         if pending is not None:
-            config = patch_config(config)
-            config["metadata"] = {
-                **config.get("metadata", {}),
-                "idempotency_key": pending.derived.key,
-            }
+            metadata = {**config.get("metadata", {}), "idempotency_key": pending.derived.key}
+            config = {**config, "metadata": metadata}  # type: ignore[typeddict-item]
         return config, _pending.set(pending)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -314,11 +316,7 @@ class IdempotentTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         pending = self._take_pending()
-        child = (
-            config
-            if run_manager is None
-            else patch_config(config, callbacks=run_manager.get_child())
-        )
+        child = _child_config(config, run_manager)
         direct = self._direct
 
         def action() -> Any:
@@ -326,10 +324,11 @@ class IdempotentTool(BaseTool):
                 result = direct.run(args, kwargs, config=config, run_manager=run_manager)
                 return self._kept(unmemoized_if_error(result), pending)
             return self._kept(
-                self._shape(self._runner.invoke(self._envelope(pending), child)), pending
+                self._shape(self._runner.invoke(self._envelope(pending), child())), pending
             )
 
-        return pending.run(self.engine, action, child, self._step(pending, config))
+        events = child if _listened(run_manager) else None
+        return pending.run(self.engine, action, events, self._step(pending, config))
 
     async def _arun(
         self,
@@ -339,21 +338,18 @@ class IdempotentTool(BaseTool):
         **kwargs: Any,
     ) -> Any:
         pending = self._take_pending()
-        child = (
-            config
-            if run_manager is None
-            else patch_config(config, callbacks=run_manager.get_child())
-        )
+        child = _child_config(config, run_manager)
         direct = self._direct
 
         async def action() -> Any:
             if direct is not None:
                 result = await direct.arun(args, kwargs, config=config, run_manager=run_manager)
                 return self._kept(unmemoized_if_error(result), pending)
-            result = self._shape(await self._runner.ainvoke(self._envelope(pending), child))
+            result = self._shape(await self._runner.ainvoke(self._envelope(pending), child()))
             return self._kept(result, pending)
 
-        return await pending.arun(self.engine, action, child, self._step(pending, config))
+        events = child if _listened(run_manager) else None
+        return await pending.arun(self.engine, action, events, self._step(pending, config))
 
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
@@ -420,6 +416,35 @@ class IdempotentTool(BaseTool):
                 "arguments did not validate against its model-visible schema"
             )
         return pending
+
+
+def _listened(
+    run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
+) -> bool:
+    """Whether a callback event dispatched in this tool run reaches any handler: not when
+    its manager (configured with the environment's tracers) has none to pass it to."""
+    return run_manager is None or bool(run_manager.handlers or run_manager.inheritable_handlers)
+
+
+def _child_config(
+    config: RunnableConfig,
+    run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
+) -> Callable[[], RunnableConfig]:
+    """The config of what runs inside this tool run (the inner tool invoked, the events
+    dispatched), made on first use: a call that dispatches nothing and runs the inner
+    tool's ``_run`` directly opens no child callback manager."""
+    made: list[RunnableConfig] = []
+
+    def child() -> RunnableConfig:
+        if not made:
+            made.append(
+                config
+                if run_manager is None
+                else patch_config(config, callbacks=run_manager.get_child())
+            )
+        return made[0]
+
+    return child
 
 
 @overload

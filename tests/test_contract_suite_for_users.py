@@ -41,7 +41,9 @@ def test_the_contract_suite_passes_in_a_users_project_without_a_pytest_warning(
 ) -> None:
     (tmp_path / "test_my_store.py").write_text(USERS_TEST_MODULE)
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    # A user's own pytest run: nothing of this session's (xdist worker variables included).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
+    env["PYTHONPATH"] = str(root)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-W", "error::pytest.PytestWarning", "test_my_store.py"],

@@ -1,7 +1,8 @@
 """The side-effect mark: a claim with ``boundary`` starts its attempt ``before`` the effect,
 ``mark_effect`` (owner and fence checked) records that the effect may be crossing, and an
 expired or abandoned attempt that never entered its block is a clean RETRY — never an
-uncertain takeover — while one that entered is taken over (or expired) as always."""
+uncertain takeover — while one that entered is taken over (or expired) as always, and the
+takeover keeps the key uncertain until a completion or a release."""
 
 from __future__ import annotations
 
@@ -73,8 +74,27 @@ class EffectContract(ContractBase):
         got = await face.claim(key, "b", on_expired=policy, boundary=True)
         want = ClaimOutcome.TAKEOVER if policy == "takeover" else ClaimOutcome.EXPIRED
         assert (got.outcome, got.entered, got.reason) == (want, True, "lease_expired")
-        rec = require(await face.get(key))
-        assert rec.effect == ("before" if policy == "takeover" else "entered")
+        assert require(await face.get(key)).effect == "entered"  # a takeover inherits it
+
+    @pytest.mark.parametrize("mark", [True, False])
+    async def test_a_taker_that_dies_before_its_own_block_leaves_the_key_uncertain(
+        self, face: Face, mark: bool
+    ) -> None:
+        # a's effect may have happened (entered, or unmarked); b takes over and dies (or its
+        # claim reply is lost) before its own block: c must take over and reconcile again,
+        # not retry as if no attempt had ever run.
+        key = new_key()
+        a = await face.claim(key, "a", lease_ms=self.short_lease_ms, boundary=mark)
+        if mark:
+            assert await face.mark_effect(key, owner="a", fence=a.fence)
+        await self.sleep_past_lease()
+        b = await face.claim(key, "b", lease_ms=self.short_lease_ms, boundary=True)
+        assert b.outcome is ClaimOutcome.TAKEOVER
+        await self.sleep_past_lease()
+        c = await face.claim(key, "c", boundary=True)
+        assert (c.outcome, c.entered) == (ClaimOutcome.TAKEOVER, mark)
+        assert (c.fence, c.attempt) == (a.fence + 2, 3)
+        assert require(await face.get(key)).effect == ("entered" if mark else "unmarked")
 
     async def test_an_unmarked_attempt_is_taken_over_as_uncertain_as_ever(self, face: Face) -> None:
         key = new_key()

@@ -292,9 +292,11 @@ def scheduled_renewals() -> Iterator[None]:
     """Renewals come from the scheduler (as ``renew`` requests), not the heartbeat thread:
     a paused worker must not renew, and nothing may call the store behind the scheduler."""
     saved = engine_module.__dict__.get("schedule_renewal")
-    if saved is None:
-        yield
-        return
+    if saved is None:  # else the heartbeat thread would renew behind the scheduler's back
+        raise RuntimeError(
+            "langchain_idempotent.engine no longer imports schedule_renewal: point "
+            "tests.torture.sim.scheduled_renewals at where the engine schedules renewals"
+        )
     engine_module.schedule_renewal = _scheduled  # type: ignore[attr-defined,assignment]
     try:
         yield
@@ -628,6 +630,8 @@ class Run:
             if a.dead and not a.glet.dead:
                 with contextlib.suppress(Crashed):
                     a.glet.throw(Crashed())
+        for a in self.actors:  # or each run's greenlets, and the run with them, stay alive
+            _RENEWALS.drop(a.glet)
         out = Outcome(self.plan, self.h, self.sink, self.keys, stuck=stuck)
         for key in self.keys:
             out.finals[key] = self.backend.store.get(key)

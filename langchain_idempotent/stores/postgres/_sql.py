@@ -211,14 +211,16 @@ BEGIN
         outcome := 'expired';  -- expired (not before its effect), policy "raise" -> EXPIRED
         RETURN;
     END IF;
-    -- FREE -> ACQUIRED; expired before its effect -> RETRY; expired, policy "takeover" ->
-    -- TAKEOVER: fence + 1, attempt + 1, the new attempt's effect mark
+    -- FREE -> ACQUIRED; expired before its effect -> RETRY (both: the new attempt's effect
+    -- mark); expired, policy "takeover" -> TAKEOVER, which keeps the mark it found (the key
+    -- stays uncertain until a completion or a release); all: fence + 1, attempt + 1
     outcome := CASE WHEN rec.state = 'free' THEN 'acquired'
                     WHEN rec.effect = 'before' THEN 'retry' ELSE 'takeover' END;
     o_fence := rec.fence + 1; o_attempt := rec.attempt + 1;
     UPDATE {t} SET state = 'running', owner = p_owner, fence = o_fence, attempt = o_attempt,
                    lease_until = now_ms + p_lease_ms, payload = NULL, updated_at = now_ms,
-                   effect = mark, expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
+                   effect = CASE WHEN outcome = 'takeover' THEN rec.effect ELSE mark END,
+                   expires_at = now_ms + greatest(p_ttl_ms, p_lease_ms)
     WHERE key = p_key;
 END
 $fn$

@@ -129,7 +129,9 @@ _CLAIM = """
 -- takeover, retry and expired add {.., '', reason, entered (0/1)}: reason 'lease_expired',
 -- or the reason an abandoned record's owner names ('!cancelled' -> 'cancelled'); entered 1
 -- when the previous attempt's effect mark was 'entered'. An expired attempt marked 'before'
--- never entered its side-effect block: it is retried ('retry') under either policy.
+-- never entered its side-effect block: it is retried ('retry') under either policy. A
+-- takeover keeps the effect mark it found ('entered' / 'unmarked'): the key stays uncertain
+-- until a completion or a release, even if the taker dies before its own block.
 -- A 'CORRUPT ...' error when the key holds something else.
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[6])
@@ -154,11 +156,11 @@ if not rec then
   return {'acquired', 1, 1, 0, 0}
 end
 
-local function take(outcome, reason, entered)
+local function take(outcome, reason, entered, mark)
   local fence, attempt = rec.fence + 1, rec.attempt + 1
   redis.call('HSET', key, 'state', 'running', 'owner', ARGV[1], 'fence', fence,
              'attempt', attempt, 'lease_until', now + lease, 'updated_at', now,
-             'effect', effect)
+             'effect', mark or effect)
   redis.call('PEXPIRE', key, expire)
   if reason then return {outcome, fence, attempt, 0, 0, '', reason, entered} end
   return {outcome, fence, attempt, 0, 0}
@@ -181,7 +183,7 @@ local entered = rec.effect == 'entered' and 1 or 0
 if ARGV[5] == 'raise' then
   return {'expired', rec.fence, rec.attempt, 0, 0, '', reason, entered}
 end
-return take('takeover', reason, entered)
+return take('takeover', reason, entered, rec.effect)  -- the uncertainty is inherited
 """
 
 _RENEW = """
