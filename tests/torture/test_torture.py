@@ -131,6 +131,34 @@ def test_the_checker_refuses_a_second_stored_completion() -> None:
     assert linearize.check(ops, linearize.MState(None)).ok
 
 
+def test_a_renewal_read_at_the_same_clock_as_the_last_may_extend_the_lease_to_its_reply() -> None:
+    # Redis seed 323 of --runs 1000 --seed 0: two renewals invoked at the same clock reading,
+    # the second's reply held back until t=77, so it may have set the lease as late as 102;
+    # a claim at [67, 77] that found the lease live is allowed (the model once kept the
+    # first renewal's deadline range, [25, 35], because both wrote lease_until 25 as decided
+    # at the invocation's clock, and refused the BUSY).
+    renew = {"owner": "o0", "fence": 1, "lease_ms": 25}
+    claim = {"fingerprint": "fp", "lease_ms": 25}
+    ops = [
+        Op(0, "k", (0, 0), "claim", {**claim, "owner": "o0"}, 1, 0, 2, 10, _acquired()),
+        Op(1, "k", (0, 0), "renew", renew, 3, 0, 4, 10, True),
+        Op(2, "k", (0, 0), "renew", renew, 5, 0, 6, 77, True),
+        Op(3, "k", (1, 0), "claim", {**claim, "owner": "o1"}, 7, 67, 8, 77, _busy()),
+    ]
+    assert linearize.check(ops, linearize.MState(None)).ok
+    # ... but not once the second renewal's reply came back before the lease could end.
+    ops[2].now_hi = 10
+    assert not linearize.check(ops, linearize.MState(None)).ok
+
+
+def _acquired() -> Claim:
+    return Claim(ClaimOutcome.ACQUIRED, 1, 1)
+
+
+def _busy() -> Claim:
+    return Claim(ClaimOutcome.BUSY, 1, 1, retry_after_ms=20)
+
+
 def test_a_lost_reply_may_or_may_not_have_taken_effect() -> None:
     lost = _op(0, "claim", None, 1, None)
     taken = [lost, _op(1, "claim", Claim(ClaimOutcome.BUSY, 1, 1, retry_after_ms=500), 2, 3)]
