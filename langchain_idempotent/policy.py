@@ -131,10 +131,11 @@ class Policy:
     #: (:mod:`langchain_idempotent.reconcile`).
     reconcile: ReconcileOption | None = field(default=None, metadata=_CODE_ONLY)
     #: The tool marks its external call with ``get_idempotency_context().side_effect()``:
-    #: each claim records that the attempt has not reached it yet, so a takeover of an
-    #: attempt that never entered the block is a clean retry (no ``reconcile``, never
-    #: outcome unknown). One store write more per run, when the block is entered. Code-only:
-    #: it states what the tool's code does.
+    #: each claim of a clean attempt records that it has not reached it yet, so a takeover
+    #: of an attempt that never entered the block is a clean retry (no ``reconcile``, never
+    #: outcome unknown; a takeover's own unknown outcome stays unknown). One store write
+    #: more per run, when the block is entered. Code-only: it states what the tool's code
+    #: does.
     boundary: bool = field(default=False, metadata=_CODE_ONLY)
     #: The tool's effect class (:data:`EffectClass`), or a dict of tool names to classes:
     #: a preset of ``on_expired`` and ``approval`` (options given explicitly win). Resolved

@@ -53,9 +53,10 @@ class ReconcileCall:
     thread_id: str | None
     #: Why the outcome is unknown (see :data:`~langchain_idempotent.record.UncertainReason`).
     reason: UncertainReason
-    #: ``True``: the previous attempt entered its ``side_effect()`` block (the effect may
-    #: have crossed). ``None``: the tool does not mark its effect, so nobody knows how far
-    #: it got. (An attempt that never entered its block is retried without asking.)
+    #: ``True``: the attempt whose outcome is unknown entered its ``side_effect()`` block
+    #: (the effect may have crossed; a taker that vanished unsettled passes it on).
+    #: ``None``: the tool does not mark its effect, so nobody knows how far it got. (An
+    #: attempt that never entered its block is retried without asking.)
     entered: bool | None = None
 
 

@@ -14,7 +14,8 @@ inline, as sync code) and once against their async twins. The guarantees, by mod
 - ``_abandon``: a cancelled owner's abandon leaves the key for an immediate takeover told
   the reason (``cancelled``), never a clean first run; only the owner at its fence may;
 - ``_effect``: the side-effect mark (``boundary`` claims, ``mark_effect`` for the owner at
-  its fence), and an attempt that never entered its block retried cleanly (RETRY);
+  its fence), an attempt that never entered its block retried cleanly (RETRY), and a
+  takeover's unknown outcome never turned into one (a takeover keeps the mark it found);
 - ``_complete``: write-once, stale completions, retention (TTL);
 - ``_watch``: how soon a watch returns;
 - ``_operator``: get, list, delete, purge, close;

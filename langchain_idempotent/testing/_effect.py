@@ -96,6 +96,30 @@ class EffectContract(ContractBase):
         assert (c.fence, c.attempt) == (a.fence + 2, 3)
         assert require(await face.get(key)).effect == ("entered" if mark else "unmarked")
 
+    @pytest.mark.parametrize("mark", [True, False], ids=["entered", "unmarked"])
+    async def test_a_takeover_given_back_unsettled_is_taken_over_again_not_retried(
+        self, face: Face, mark: bool
+    ) -> None:
+        # The engine abandons a takeover whose reconcile hook failed, "so the next claimant
+        # asks again": that claimant must be told the outcome is unknown (no lease waited).
+        key = new_key()
+        a = await face.claim(key, "a", boundary=mark)
+        if mark:
+            assert await face.mark_effect(key, owner="a", fence=a.fence)
+        assert await face.abandon(key, owner="a", fence=a.fence)
+        b = await face.claim(key, "b", boundary=True)
+        assert (b.outcome, b.entered) == (ClaimOutcome.TAKEOVER, mark)
+        assert await face.abandon(key, owner="b", fence=b.fence, reason="lease_expired")
+        c = await face.claim(key, "c", on_expired="raise", boundary=True)
+        assert (c.outcome, c.fence, c.reason, c.entered) == (
+            ClaimOutcome.EXPIRED,
+            b.fence,
+            "lease_expired",
+            mark,
+        )
+        d = await face.claim(key, "d", boundary=True)
+        assert (d.outcome, d.fence, d.entered) == (ClaimOutcome.TAKEOVER, b.fence + 1, mark)
+
     async def test_an_unmarked_attempt_is_taken_over_as_uncertain_as_ever(self, face: Face) -> None:
         key = new_key()
         await face.claim(key, "a", lease_ms=self.short_lease_ms)

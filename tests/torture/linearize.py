@@ -85,16 +85,31 @@ def _decide(op: Op, rec: Record | None, now: int) -> tuple[Any, Record | None]:
     return fn(rec, **{k: v for k, v in given.items() if k in _params(fn)})
 
 
-def _next(s: MState, new: Record | None, now: int, lo: int, hi: int) -> MState:
-    """The state after a decision taken at ``now`` for an op whose clock lay in [lo, hi]."""
+def _next(s: MState, new: Record | None, now: int, lo: int, hi: int, *, fresh: bool) -> MState:
+    """The state after a decision taken at ``now`` for an op whose clock lay in [lo, hi];
+    ``fresh``: the decision wrote a lease measured from ``now`` (else it kept the record's)."""
     if new is None:
         return s
     if new.lease_until == 0:
         return MState(new, 0, 0)
-    if s.rec is not None and new.lease_until == s.rec.lease_until:
+    if not fresh:
         return MState(new, s.lease_lo, s.lease_hi)
     ms = new.lease_until - now  # a lease written now: lease_ms after the store's clock
     return MState(new, lo + ms, hi + ms)
+
+
+def _fresh(op: Op, rec: Record | None, now: int, new: Record | None) -> bool:
+    """Whether the decision wrote a lease measured from ``now`` rather than keeping the
+    record's: the same decision a millisecond later writes another deadline. (Comparing
+    with the record's deadline alone is not enough: a renewal whose clock reading equals
+    the previous one's writes the same ``lease_until`` as the model decides it, while its
+    range — up to its own ``now_hi`` — is wider.)"""
+    if new is None or new.lease_until == 0:
+        return False
+    if rec is None or new.lease_until != rec.lease_until:
+        return True
+    later = _decide(op, rec, now + 1)[1]
+    return later is not None and later.lease_until != new.lease_until
 
 
 def step(s: MState, op: Op, horizon: int = 0) -> list[tuple[Any, MState]]:
@@ -119,7 +134,7 @@ def step(s: MState, op: Op, horizon: int = 0) -> list[tuple[Any, MState]]:
     out = []
     for now in nows:
         ans, new = _decide(op, rec, now)
-        out.append((ans, _next(s, new, now, lo, hi)))
+        out.append((ans, _next(s, new, now, lo, hi, fresh=_fresh(op, rec, now, new))))
     return out
 
 

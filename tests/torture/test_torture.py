@@ -14,7 +14,7 @@ from langchain_idempotent.record import Claim, ClaimOutcome, Completion
 from tests.support.postgres_server import postgres_available
 from tests.support.redis_servers import redis_server_available
 
-from . import linearize
+from . import checker, linearize
 from .__main__ import main
 from .campaign import run_seeds
 from .history import Op
@@ -70,6 +70,31 @@ def test_each_planted_store_bug_is_caught_with_its_seed(
     # The failing seed alone fails again; the same seed on the clean store passes.
     assert main(["--store", "memory", "--runs", "1", "--seed", str(seed), "--plant", plant]) == 1
     assert main(["--store", "memory", "--runs", "1", "--seed", str(seed)]) == 0
+
+
+def test_a_takeover_whose_reply_was_lost_leaves_its_unknown_outcome_to_the_next_claim() -> None:
+    # Issue 22 (Redis seed 516 of --runs 17 --seed 500; memory seed 1000106 replays it
+    # exactly). A worker enters its side-effect block, has its effect and crashes; the next
+    # claim takes over (fence 2) but its reply is lost, so its caller claims again as a new
+    # owner. The takeover had marked its attempt "before", so once fence 2's lease passed the
+    # claim got a free RETRY: the reconcile hook was not asked and the effect happened twice.
+    # A takeover keeps the mark it found: a second TAKEOVER, the hook finds the effect.
+    plan = Plan.draw(1000106, allow=FAULTS)
+    assert plan.reconcile and plan.boundary
+    b = open_backend("memory")
+    with scheduled_renewals():
+        out = Run(plan, b, "T").execute()
+    assert checker.check(out, durable=b.durable).violations == []
+    key = "T-s1000106-k1"
+    claims = [o for o in out.history.ops if o.key == key and o.kind == "claim"]
+    lost = [o for o in claims if o.ret is None]
+    assert lost, "the schedule no longer loses a claim's reply"
+    later = [o.answer for o in claims if o.inv > lost[0].inv and o.ret is not None]
+    assert ClaimOutcome.RETRY not in [c.outcome for c in later]
+    takeover = next(c for c in later if c.outcome is ClaimOutcome.TAKEOVER)
+    assert takeover.entered and takeover.fence == 3
+    assert any(found for c in out.history.calls.values() for _, found in c.asked if c.key == key)
+    assert len(out.sink.accepted[key]) == 1
 
 
 def _signature(seed: int) -> list[tuple[object, ...]]:
@@ -129,6 +154,34 @@ def test_the_checker_refuses_a_second_stored_completion() -> None:
     assert not linearize.check(ops, linearize.MState(None)).ok
     ops[2].answer = Completion(False, False, False, b"a")
     assert linearize.check(ops, linearize.MState(None)).ok
+
+
+def test_a_renewal_read_at_the_same_clock_as_the_last_may_extend_the_lease_to_its_reply() -> None:
+    # Redis seed 323 of --runs 1000 --seed 0: two renewals invoked at the same clock reading,
+    # the second's reply held back until t=77, so it may have set the lease as late as 102;
+    # a claim at [67, 77] that found the lease live is allowed (the model once kept the
+    # first renewal's deadline range, [25, 35], because both wrote lease_until 25 as decided
+    # at the invocation's clock, and refused the BUSY).
+    renew = {"owner": "o0", "fence": 1, "lease_ms": 25}
+    claim = {"fingerprint": "fp", "lease_ms": 25}
+    ops = [
+        Op(0, "k", (0, 0), "claim", {**claim, "owner": "o0"}, 1, 0, 2, 10, _acquired()),
+        Op(1, "k", (0, 0), "renew", renew, 3, 0, 4, 10, True),
+        Op(2, "k", (0, 0), "renew", renew, 5, 0, 6, 77, True),
+        Op(3, "k", (1, 0), "claim", {**claim, "owner": "o1"}, 7, 67, 8, 77, _busy()),
+    ]
+    assert linearize.check(ops, linearize.MState(None)).ok
+    # ... but not once the second renewal's reply came back before the lease could end.
+    ops[2].now_hi = 10
+    assert not linearize.check(ops, linearize.MState(None)).ok
+
+
+def _acquired() -> Claim:
+    return Claim(ClaimOutcome.ACQUIRED, 1, 1)
+
+
+def _busy() -> Claim:
+    return Claim(ClaimOutcome.BUSY, 1, 1, retry_after_ms=20)
 
 
 def test_a_lost_reply_may_or_may_not_have_taken_effect() -> None:
