@@ -191,6 +191,34 @@ async def test_an_unacknowledged_async_claim_is_released_and_refused(
     await store.aclose()
 
 
+@pytest.mark.parametrize("face", ["one", "batch"])
+def test_an_unacknowledged_takeover_is_given_back_uncertain_not_as_a_clean_key(
+    alone: RedisServer, prefix: str, face: str
+) -> None:
+    # a's attempt entered its effect and died; b's takeover is not acknowledged. Released,
+    # the key would be FREE and c would start cleanly, never asking reconcile=; abandoned,
+    # c takes over, told the effect may have happened.
+    writer = store_on(alone, prefix)
+    first = writer.claim("k", owner="a", fingerprint="fp", lease_ms=1, ttl_ms=TTL_MS, boundary=True)
+    assert writer.mark_effect("k", owner="a", fence=first.fence)
+    time.sleep(0.01)
+    store = store_on(alone, prefix, replicas=1, replica_timeout=0.05)
+    take = ClaimRequest("k", "b", "fp", LEASE_MS, TTL_MS, boundary=True)
+    with pytest.raises(StoreUnavailableError, match="replica"):
+        if face == "one":
+            store.claim(**take.kwargs())
+        else:
+            store.claim_many([take, ClaimRequest("other", "b", "fp", LEASE_MS, TTL_MS)])
+    record = writer.get("k")
+    assert record is not None and record.state is State.RUNNING and record.effect == "entered"
+    if face == "batch":  # the fresh claim beside it is released as before
+        assert writer.get("other").state is State.FREE  # type: ignore[union-attr]
+    nxt = writer.claim("k", owner="c", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    assert (nxt.outcome, nxt.entered) == (ClaimOutcome.TAKEOVER, True)
+    writer.close()
+    store.close()
+
+
 def test_a_replay_needs_no_acknowledgement(alone: RedisServer, prefix: str) -> None:
     writer = store_on(alone, prefix)
     granted = claim(writer, "k")

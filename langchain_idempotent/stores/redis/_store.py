@@ -73,7 +73,9 @@ Spec:
   Sentinel; refused on a Cluster client, where redis-py cannot send ``WAIT`` on the
   connection that wrote) every claim and completion script is followed, pipelined on the
   same connection, by ``WAIT N replica_timeout``. A claim fewer than ``N`` replicas
-  acknowledged is released and raises ``StoreUnavailableError`` — the tool does not run;
+  acknowledged is given back and raises ``StoreUnavailableError`` — the tool does not run
+  (a fresh attempt is released; a takeover, or a re-claim of the caller's own lease, is
+  abandoned: the key stays as uncertain as the claim found it);
   a completion fewer than ``N`` acknowledged stays stored on the master and raises it (the
   engine reports it as a ``store_error`` event and still returns the result). A replica
   that acknowledged holds the record if it is promoted; Redis does not promise which
@@ -94,7 +96,7 @@ import redis
 import redis.asyncio
 
 from ...errors import StoreUnavailableError
-from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
+from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
 from ..base import BaseIdempotencyStore, ClaimRequest
 from ._clients import (
     AsyncClient,
@@ -130,6 +132,14 @@ from ._scripts import (
 from ._watch import awatch_once, watch_once
 
 __all__ = ["RedisIdempotencyStore"]
+
+#: Claims that started from a clean key: given back by a release (see ``_give_back``).
+_CLEAN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.RETRY})
+
+
+def _reason(claim: Claim) -> UncertainReason:
+    return claim.reason or "lease_expired"
+
 
 # -- the store ---------------------------------------------------------------------------
 
@@ -342,8 +352,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         replied = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim, unacked = self._durability.claim(key, *replied)
         if unacked is not None:
-            with contextlib.suppress(StoreUnavailableError):
-                self.release(key, owner=owner, fence=claim.fence)
+            self._give_back(key, owner, claim)
             raise unacked
         return claim
 
@@ -367,8 +376,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
         claim, unacked = self._durability.claim(key, *replied)
         if unacked is not None:
-            with contextlib.suppress(StoreUnavailableError):
-                await self.arelease(key, owner=owner, fence=claim.fence)
+            await self._agive_back(key, owner, claim)
             raise unacked
         return claim
 
@@ -390,8 +398,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         claims, unacked = self._durability.claims(requests, replies, acks)
         if unacked is not None:
             for r, claim in unacked:
-                with contextlib.suppress(StoreUnavailableError):
-                    self.release(r.key, owner=r.owner, fence=claim.fence)
+                self._give_back(r.key, r.owner, claim)
             raise self._durability.error("claim", requests[0].key, acks)
         return claims
 
@@ -418,10 +425,28 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         claims, unacked = self._durability.claims(requests, replies, acks)
         if unacked is not None:
             for r, claim in unacked:
-                with contextlib.suppress(StoreUnavailableError):
-                    await self.arelease(r.key, owner=r.owner, fence=claim.fence)
+                await self._agive_back(r.key, r.owner, claim)
             raise self._durability.error("claim", requests[0].key, acks)
         return claims
+
+    # A claim too few replicas acknowledged is given back before the error is raised: a
+    # fresh attempt (ACQUIRED, RETRY: nothing ran since the key was clean) is released; a
+    # TAKEOVER (or OWNED: a re-claim that may repeat one) is abandoned, which keeps its
+    # effect mark, so the next claim is as uncertain as this one was, never a clean start.
+
+    def _give_back(self, key: str, owner: str, claim: Claim) -> None:
+        with contextlib.suppress(StoreUnavailableError):
+            if claim.outcome in _CLEAN:
+                self.release(key, owner=owner, fence=claim.fence)
+            else:
+                self.abandon(key, owner=owner, fence=claim.fence, reason=_reason(claim))
+
+    async def _agive_back(self, key: str, owner: str, claim: Claim) -> None:
+        with contextlib.suppress(StoreUnavailableError):
+            if claim.outcome in _CLEAN:
+                await self.arelease(key, owner=owner, fence=claim.fence)
+            else:
+                await self.aabandon(key, owner=owner, fence=claim.fence, reason=_reason(claim))
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
