@@ -37,7 +37,6 @@ The fault-injection harness
 - :mod:`graphs.faults` — the seeded fault decisions and their rates.
 - :mod:`graphs.tickets` — the workload: refund tickets generated from a seed.
 - :mod:`graphs.report` — the outcome per mode from the provider's ledger: table, JSON, PNG.
-- :mod:`graphs.wal` — SQLite files opened by several processes at once, in WAL mode.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict
 
-from .wal import switch_to_wal
+from langchain_idempotent.stores.sqlite import switch_to_wal
 
 if TYPE_CHECKING:
     import redis

@@ -32,10 +32,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langchain_idempotent import BaseIdempotencyStore, idempotent
+from langchain_idempotent.stores.sqlite import switch_to_wal
 
 from .fake_model import ScriptedRefundModel
 from .tools import DEFAULT_TIMEOUT, ProviderError, make_tools
-from .wal import switch_to_wal
 
 if TYPE_CHECKING:  # the demo extra's; the Agent Server ([server] only) never needs it
     from langgraph.checkpoint.sqlite import SqliteSaver
