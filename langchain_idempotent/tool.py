@@ -22,6 +22,7 @@ A tool error that the tool's ``handle_tool_error`` turns into an error ``ToolMes
 returned as such and not memoized, so a retry runs again.
 """
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Unpack, overload
@@ -433,16 +434,12 @@ def _child_config(
     """The config of what runs inside this tool run (the inner tool invoked, the events
     dispatched), made on first use: a call that dispatches nothing and runs the inner
     tool's ``_run`` directly opens no child callback manager."""
-    made: list[RunnableConfig] = []
 
+    @functools.cache
     def child() -> RunnableConfig:
-        if not made:
-            made.append(
-                config
-                if run_manager is None
-                else patch_config(config, callbacks=run_manager.get_child())
-            )
-        return made[0]
+        if run_manager is None:
+            return config
+        return patch_config(config, callbacks=run_manager.get_child())
 
     return child
 
