@@ -41,22 +41,24 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import ormsgpack
-from langgraph.checkpoint.serde.jsonplus import (
+from pydantic import BaseModel
+
+from ._codec_compat import (
     EXT_CONSTRUCTOR_KW_ARGS,
     EXT_CONSTRUCTOR_POS_ARGS,
     EXT_CONSTRUCTOR_SINGLE_ARG,
     EXT_METHOD_SINGLE_ARG,
     EXT_PYDANTIC_V2,
+    langgraph_msgpack_default,
+    safe_msgpack_types,
+    send_from_args,
 )
-from pydantic import BaseModel
-
-from ._compat import langgraph_msgpack_default, safe_msgpack_types, send_from_args
 
 __all__ = ["Codec", "Refused", "is_plain"]
 
 _TUPLE, _ZONED, _OBJECT, _MODEL = 100, 101, 102, 103
 
-# LangGraph's extension codes (langgraph.checkpoint.serde.jsonplus), which we also read.
+# LangGraph's extension codes (pinned in _codec_compat), which we also read.
 _SINGLE = EXT_CONSTRUCTOR_SINGLE_ARG
 _POS = EXT_CONSTRUCTOR_POS_ARGS
 _KW = EXT_CONSTRUCTOR_KW_ARGS

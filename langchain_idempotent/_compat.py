@@ -1,4 +1,8 @@
-"""Every touch of a private (or relied-on internal) LangChain / LangGraph API, in one place.
+"""Every touch of a private (or relied-on internal) LangChain / LangGraph API that the
+adapters make, in one place. The other third parties' touches stand beside their one
+user: LangGraph's msgpack serde in :mod:`._codec_compat` (under the engine, which must
+not load this module: it imports ``langchain_core.tools``), psycopg_pool in
+:mod:`.stores.postgres._compat`, MCP in :mod:`.mcp._compat`.
 
 Supported ranges (the ones ``pyproject.toml`` allows and CI tests): ``langchain-core``
 >=1.0,<2, ``langgraph`` >=1.0,<2 (with ``langgraph-prebuilt`` 1.x), and for the
@@ -50,11 +54,6 @@ LangGraph's position-matched resumes            the n-th ``interrupt()`` of a ta
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
                                                 (:class:`GraphMissingScopeError`)
-psycopg_pool's ``AsyncConnectionPool._pool``    the Postgres store closes an ending loop's
-(its deque of idle connections)                 idle connections itself, since ``close()``
-                                                cancelled with the loop stops before it
-                                                does (:func:`idle_connections`; imported
-                                                late, only then)
 ==============================================  ==============================================
 
 Whether a ``_run`` takes ``run_manager`` is read with :func:`inspect.signature` (the
@@ -91,13 +90,9 @@ __all__ = [
     "forked_from",
     "format_tool_output",
     "graph_state_messages",
-    "idle_connections",
     "injected_args_keys",
     "interrupt_counter",
-    "langgraph_msgpack_default",
     "loud",
-    "safe_msgpack_types",
-    "send_from_args",
     "task_scratchpad",
     "to_args_and_kwargs",
 ]
@@ -296,14 +291,6 @@ class DirectCall:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
 
 
-# -- psycopg_pool -------------------------------------------------------------------------
-
-
-def idle_connections(pool: Any) -> list[Any]:
-    """The idle connections of a psycopg_pool pool (its private ``_pool`` deque), or none."""
-    return list(getattr(pool, "_pool", ()))
-
-
 def root_state_messages(config: RunnableConfig) -> Any:
     """The ``messages`` channel of the thread's outermost graph, read from its checkpoint
     (the one this step started from when LangGraph's ``checkpoint_map`` names it, else the
@@ -368,27 +355,3 @@ def reads_graph_state(hint: Any) -> bool:
         if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
             return True
     return False
-
-
-# -- result storage (_codec) ---------------------------------------------------------------
-
-
-def safe_msgpack_types() -> frozenset[tuple[str, str]]:
-    """LangGraph's own allow-list of ``(module, name)`` a checkpoint may revive."""
-    from langgraph.checkpoint.serde._msgpack import SAFE_MSGPACK_TYPES
-
-    return frozenset((str(m), str(n)) for m, n, *_ in SAFE_MSGPACK_TYPES)
-
-
-def langgraph_msgpack_default(obj: Any) -> Any:
-    """LangGraph's msgpack extension for ``obj`` (UUID, Decimal, Enum, datetime, ...)."""
-    from langgraph.checkpoint.serde import jsonplus
-
-    return jsonplus._msgpack_default(obj)
-
-
-def send_from_args(args: Any) -> Any:
-    """A ``Send`` from its stored positional arguments (with its ``timeout``, if any)."""
-    from langgraph.checkpoint.serde import jsonplus
-
-    return jsonplus._send_from_args(args)

@@ -49,13 +49,14 @@ import functools
 import hashlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from ._callinfo import CallInfo, KeyFunction, Scope
 from .canonical import CANONICAL_VERSION, canonical_json, json_arguments
 from .context import current_scope
 from .errors import InvalidArgumentsError, MissingScopeError
@@ -92,9 +93,6 @@ __all__ = [
     "visible_arguments",
 ]
 
-#: What one effect is (see the table above); a :data:`KeyFunction` decides it instead.
-Scope = Literal["thread", "turn", "call"]
-
 #: ``configurable`` key that gives a scope explicitly (outside graphs, or to override).
 SCOPE_CONFIG_KEY = "idempotency_scope"
 #: ``configurable`` key that names the user turn explicitly under ``scope="turn"``.
@@ -122,33 +120,6 @@ def calling(key: str, checkpoint_ns: str) -> Iterator[None]:
         yield
     finally:
         _calling.reset(token)
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """Everything known about one tool call; what a key function receives."""
-
-    tool: str
-    #: The model-visible arguments, validated through the tool's schema.
-    args: Mapping[str, Any]
-    canonical_args: bytes
-    namespace: str
-    thread_id: str | None
-    graph_path: str
-    node: str | None
-    tool_call_id: str | None
-    config: RunnableConfig = field(repr=False, compare=False)
-    #: The innermost named agent (``metadata["lc_agent_name"]``), if any.
-    agent_name: str | None = None
-    #: ``checkpoint_ns`` as LangGraph gave it (task ids and counters included).
-    checkpoint_ns: str = ""
-    #: The key of the memoized call this call runs inside (a sub-agent's caller), if any.
-    parent_call: str | None = None
-
-
-#: A user key function: gets the call's :class:`CallInfo`, returns a non-empty string that
-#: identifies the effect (the arguments then become the fingerprint).
-KeyFunction = Callable[[CallInfo], str]
 
 
 @dataclass(frozen=True, slots=True)

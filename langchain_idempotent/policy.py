@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypedDict, Unpack
 
+from ._callinfo import CallInfo, KeyFunction, Scope
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
-from .keys import CallInfo, KeyFunction, Scope
 from .reconcile import ReconcileOption, check_reconcile, reconciler_for
 from .record import ExpiredPolicy
 

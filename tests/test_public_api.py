@@ -237,6 +237,53 @@ def test_importing_the_package_loads_no_heavy_dependency(statement: str) -> None
     assert proc.stdout.strip() == "[]"
 
 
+# What the engine may load of LangGraph: only its msgpack serde (``langgraph-checkpoint``).
+LANGCHAIN_PROBE = """
+import sys
+loaded = sorted(
+    m for m in sys.modules
+    if m.split(".")[0] in ("langchain_core", "langchain")
+    or (m.startswith("langgraph.") and m.split(".")[:3] != ["langgraph", "checkpoint", "serde"]
+        and m != "langgraph.checkpoint")
+)
+print(loaded)
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    [f"langchain_idempotent.{name}" for name in ("engine", "serde", "mcp.server")],
+)
+def test_the_engine_and_the_mcp_server_load_no_langchain(module: str) -> None:
+    if module.endswith(".mcp.server"):
+        pytest.importorskip("mcp")
+    proc = _python(f"import {module}\n{LANGCHAIN_PROBE}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"{module} loads LangChain: {proc.stdout}"
+
+
+def test_an_engine_runs_and_replays_a_call_without_loading_langchain() -> None:
+    run_twice = textwrap.dedent(
+        """
+        from langchain_idempotent.engine import Engine
+        from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
+
+        engine = Engine(InMemoryIdempotencyStore())
+        runs = []
+
+        def action():
+            runs.append(1)
+            return {"ok": [1, "a"]}
+
+        answers = [engine.run("k", fingerprint="f", action=action) for _ in range(2)]
+        assert answers == [{"ok": [1, "a"]}] * 2 and runs == [1], (answers, runs)
+        """
+    )
+    proc = _python(run_twice + LANGCHAIN_PROBE)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
 def test_the_store_base_and_the_embedded_stores_do_not_import_redis() -> None:
     proc = _python(
         """

@@ -51,6 +51,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
 from ...errors import CorruptRecordError, StoreUnavailableError
+from ._compat import idle_connections
 
 _T = TypeVar("_T")
 #: Errors that mean the connection itself broke (worth one more try on another).
@@ -220,8 +221,6 @@ class _Pools:
             # CancelledError from its wait for them, before it closes the idle
             # connections: those are taken first (psycopg_pool's idle deque, via _compat) and closed
             # here, else each ended loop would leave one open on the server.
-            from ..._compat import idle_connections  # late: it imports LangChain
-
             idle = idle_connections(own.pool)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await own.pool.close()
