@@ -1068,7 +1068,7 @@ def test_doctor_works_where_config_is_refused_and_never_prints_the_password(
 
 
 @needs_redis
-def test_an_unreachable_redis_fails_through_the_store_boundary() -> None:
+def test_an_unreachable_redis_fails_as_the_stores_unavailable_error() -> None:
     store = store_from_url(f"redis://127.0.0.1:{free_port()}/0")
     with pytest.raises(StoreUnavailableError):
         store.now_ms()

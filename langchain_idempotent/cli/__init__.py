@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorruptRecordError as exc:
         print(f"{PROG}: corrupt record: {exc}", file=err)
         return 1
-    except (IdempotencyError, OSError) as exc:  # the store's errors, through its boundary
+    except (IdempotencyError, OSError) as exc:  # the store's errors, as it translates them
         print(f"{PROG}: error: cannot use the store at {_redact(url)}: {exc}", file=err)
         return 1
     finally:

@@ -4,7 +4,7 @@ risk.
 :func:`diagnose` asks the store itself — :meth:`~BaseIdempotencyStore.describe` for the
 facts, timed :meth:`~BaseIdempotencyStore.now_ms` calls for the latency — so it sees the
 backend exactly as the application does (Sentinel, Cluster, TLS, key prefix), through the
-store's error boundary. It returns a :class:`Report`: *facts* and *findings*, each
+store's error translation. It returns a :class:`Report`: *facts* and *findings*, each
 ``ok``, ``note`` or ``risk``. A ``risk`` is a setting under which a record can be lost, and
 a lost record lets a tool run again:
 

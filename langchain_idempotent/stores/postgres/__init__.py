@@ -4,7 +4,7 @@ The store and its spec are in :mod:`._store`. The other modules are its parts, e
 readable on its own: :mod:`._sql` (the schema, the PL/pgSQL functions and every statement:
 the wire contract), :mod:`._ops` (each operation described once: its statements,
 parameters and decoding, for the sync and the async runner), :mod:`._listen`
-(``LISTEN``/``NOTIFY`` wake-ups), :mod:`._pools` (pools and the error boundary),
+(``LISTEN``/``NOTIFY`` wake-ups), :mod:`._pools` (pools and error translation),
 :mod:`._transaction` (transactional mode) and :mod:`._describe` (what the server says
 about itself, for ``doctor``).
 """

@@ -1,7 +1,7 @@
 """What the PostgreSQL server behind a store says about itself: the facts ``doctor`` reads.
 
 :func:`describe_op` is the store operation (see :class:`._pools.Op`) that reads them on one
-of the store's pooled connections, through its error boundary, and never creates anything:
+of the store's pooled connections, through its error translation, and never creates anything:
 the server's version, the two settings that decide whether a committed record survives a
 crash (``fsync``, ``synchronous_commit``), whether the table and its schema version exist
 (and which tables ``setup()`` made in this database),

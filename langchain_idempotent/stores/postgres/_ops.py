@@ -3,7 +3,7 @@
 An operation is its statements (from :class:`._sql._Queries`, which holds their text), the
 parameters it binds and how its answer is read from the rows, with no I/O of its own: the
 store runs the same operation through its sync or its async runner (``_run`` / ``_arun``,
-over :func:`._pools.run_sync` / ``run_async``, the one error boundary), so the two faces
+over :func:`._pools.run_sync` / ``run_async``, where errors are translated), so the two faces
 cannot drift. :func:`setup_op` and :func:`drop_op` are atomic (one transaction under the
 schema's advisory lock); every other operation is one statement, one round trip.
 """

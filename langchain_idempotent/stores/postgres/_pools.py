@@ -1,4 +1,4 @@
-"""The Postgres store's connections: its pools, and the one boundary its errors cross.
+"""The Postgres store's connections: its pools, and the one place its errors are translated.
 
 - **Pools.** :class:`_Pools` holds the pools a store was given, as they are (never
   closed by the store), or builds and owns them from a conninfo: one
@@ -56,7 +56,7 @@ from ._compat import idle_connections
 _T = TypeVar("_T")
 #: Errors that mean the connection itself broke (worth one more try on another).
 _BROKEN = (psycopg.OperationalError, psycopg.InterfaceError)
-#: Every error the boundary turns into StoreUnavailableError.
+#: Every error run_sync / run_async turn into StoreUnavailableError.
 _ERRORS = (psycopg.Error, PoolTimeout, PoolClosed)
 #: The reused cursor of each connection, by ``id`` (checked by identity, so a new
 #: connection at a recycled address gets its own); see :func:`_cursor`.
@@ -345,7 +345,7 @@ async def _adrive(cur: psycopg.AsyncCursor[Any], op: Op[_T]) -> _T:
 
 
 def run_sync(pool: ConnectionPool[Any], key: str | None, op: Op[_T]) -> _T:
-    """Run one operation on a pooled connection: the sync driver and error boundary."""
+    """Run one operation on a pooled connection: the sync driver; its errors translated."""
     for attempt in (1, 2):
         broken = False
         try:

@@ -59,7 +59,7 @@ Spec:
 - **Errors.** Every psycopg / pool error (refused or dropped connection, pool timeout,
   server shutdown, a missing table) becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` with the key, chained with
-  ``raise ... from``, at one boundary (:func:`._pools.run_sync` / ``run_async``). An
+  ``raise ... from``, in one place (:func:`._pools.run_sync` / ``run_async``). An
   operation that
   failed because its *connection* broke (a terminated backend, a restarted server) is
   retried once on another connection after the pool has dropped its broken idle ones;
@@ -476,7 +476,7 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
             raise StoreUnavailableError(f"PostgreSQL: could not get a connection: {exc}") from exc
         return await AsyncPostgresTransaction(self._q, pool, conn).begin()
 
-    # -- the error boundary and the pools (see ._pools) ----------------------------------
+    # -- error translation and the pools (see ._pools) -----------------------------------
 
     def _run(self, key: str | None, op: Op[_T], *, setup: bool = True) -> _T:
         pool = self._sync_pool(key)

@@ -12,7 +12,7 @@
   exponential backoff from 10 ms, at most 0.5 s, on connection errors and timeouts). A
   Cluster client keeps redis-py's retries inside, which re-learn the slot map after a
   failover. :func:`_resend_if_closed_under_a_write` works around a redis-py asyncio bug.
-- **Errors.** :func:`_translate` is the one boundary where a redis-py error becomes
+- **Errors.** :func:`_translate` is the one place where a redis-py error becomes
   :class:`~langchain_idempotent.errors.StoreUnavailableError` (or, for a record the scripts
   refused, :class:`~langchain_idempotent.errors.CorruptRecordError`).
 - **Eviction.** :meth:`_Clients.check_eviction` reads the server's ``maxmemory-policy``
@@ -255,7 +255,7 @@ class _Clients:
         )
 
     def call(self, key: str | None, op: Callable[[], _T]) -> _T:
-        """``op`` under :meth:`retrying`, a redis-py error translated at the one boundary
+        """``op`` under :meth:`retrying`, a redis-py error translated in the one place
         (:func:`_translate`, naming ``key``)."""
         try:
             return self.retrying(op)
@@ -348,7 +348,7 @@ async def _resend_if_closed_under_a_write(op: Callable[[], Awaitable[_T]]) -> _T
     """``op``, once more at once if redis-py's asyncio connection broke under it (see
     :func:`_closed_under_a_write`), on any client (Cluster too): a resent claim or
     completion is recognised as the same owner's. A second such failure becomes a
-    ``ConnectionError``, which the store's retries and error boundary understand."""
+    ``ConnectionError``, which the store's retries and error translation understand."""
     try:
         return await op()
     except (AttributeError, TypeError) as exc:

@@ -4,7 +4,7 @@
 primary on a Cluster, as redis-py's ``scan_iter`` does), read each batch of 256 with one
 pipeline of ``HGETALL`` and keep the records whose meta match the filters; an unreadable
 record is skipped with a warning (:func:`._scripts._to_records`). The store runs them
-inside its retry and error boundary.
+inside its retries and its one error translation.
 """
 
 from __future__ import annotations

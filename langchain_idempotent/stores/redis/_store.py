@@ -35,7 +35,7 @@ Spec:
 - **Errors.** Every redis-py error (connection refused or reset, socket timeout after the
   configured retries, ``LOADING``, ``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``,
   ``NOPERM``, ...) becomes :class:`~langchain_idempotent.errors.StoreUnavailableError` with
-  the key, chained with ``raise ... from``, at one boundary. A record that is not a well-
+  the key, chained with ``raise ... from``, in one place. A record that is not a well-
   formed hash of this format version (wrong type, missing or garbled fields, unknown
   version) raises :class:`~langchain_idempotent.errors.CorruptRecordError`; the scripts
   refuse it with a ``CORRUPT`` error reply before deciding anything. ``list`` skips such
