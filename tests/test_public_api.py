@@ -39,11 +39,12 @@ def _type_checking_imports(init: Path) -> dict[str, str]:
     for node in ast.parse(init.read_text()).body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
             for stmt in node.body:
-                assert isinstance(stmt, ast.ImportFrom) and stmt.level == 1, ast.unparse(stmt)
+                assert isinstance(stmt, ast.ImportFrom) and stmt.level >= 1, ast.unparse(stmt)
                 for alias in stmt.names:
                     # `import X as X` is what makes a type checker treat X as re-exported.
                     assert alias.asname == alias.name, ast.unparse(stmt)
-                    found[alias.name] = stmt.module or ""
+                    # As the lazy table names it: relative to the face (".x" is a sibling's).
+                    found[alias.name] = "." * (stmt.level - 1) + (stmt.module or "")
     return found
 
 
