@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "CorruptRecordError": "errors",
     # deployment, and what hooks are handed
     "store_from_env": "settings",
-    "CallInfo": "keys",
+    "CallInfo": "_callinfo",
     "IdempotencyEvent": "events",
 }
 
@@ -75,6 +75,7 @@ __getattr__, __dir__ = exports(__name__, _EXPORTS, _MOVED)
 
 
 if TYPE_CHECKING:
+    from ._callinfo import CallInfo as CallInfo
     from .context import IdempotencyContext as IdempotencyContext
     from .context import get_idempotency_context as get_idempotency_context
     from .context import idempotency_scope as idempotency_scope
@@ -90,7 +91,6 @@ if TYPE_CHECKING:
     from .errors import StoreUnavailableError as StoreUnavailableError
     from .errors import UnstorableResultError as UnstorableResultError
     from .events import IdempotencyEvent as IdempotencyEvent
-    from .keys import CallInfo as CallInfo
     from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
     from .policy import Policy as Policy
     from .policy import PolicyOptions as PolicyOptions

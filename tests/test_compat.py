@@ -26,8 +26,8 @@ from langchain_idempotent import MissingScopeError, _compat
 
 def moved(api: str) -> str:
     return (
-        f"LangChain/LangGraph moved or changed {api}, which langchain_idempotent/_compat.py "
-        "relies on: update _compat.py for this release (its docstring lists the supported ranges)"
+        f"LangChain/LangGraph moved or changed {api}, which the library's _compat.py relies "
+        "on: update that _compat.py for this release (its docstring lists the supported ranges)"
     )
 
 
