@@ -301,7 +301,12 @@ class Flow:
             error_type=claim.error_type,
         )
         answer: HookAnswer = yield _ReconcileStep(call.reconcile, question)
-        took = {"duration_ms": round(answer.duration_ms, 3), "reason": question.reason}
+        took: dict[str, Any] = {
+            "duration_ms": round(answer.duration_ms, 3),
+            "reason": question.reason,
+        }
+        if question.error_type is not None:
+            took["error_type"] = question.error_type
         if answer.exc is not None:
             self._emit(call, "reconcile", claim.fence, claim.attempt, {"outcome": "error", **took})
             raise answer.exc
