@@ -103,7 +103,8 @@ class Policy:
     #: Run the tool unprotected when the store is unreachable (default: fail closed).
     fail_open: bool = False
     #: Exceptions that are final: stored as a failed record and re-raised on replay.
-    #: Any other exception releases the key so a retry runs again.
+    #: Any other exception releases the key so a retry runs again, unless it leaves the
+    #: effect unknown (see ``not_sent``): then the key is kept uncertain.
     terminal_exceptions: tuple[type[BaseException], ...] = field(default=(), metadata=_CODE_ONLY)
     #: Types (pydantic models, dataclasses) the tool returns that must replay as themselves.
     allowed_types: tuple[type | tuple[str, str], ...] = field(default=(), metadata=_CODE_ONLY)
