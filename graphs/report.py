@@ -132,11 +132,12 @@ _ROWS: list[tuple[str, Any]] = [
     ("waits for another worker", lambda r: r.counters.get("waits", 0)),
     ("takeovers of expired leases", lambda r: r.counters.get("takeovers", 0)),
     ("free retries (died before the POST)", lambda r: _free(r)),
+    ("tool errors kept uncertain (lost response, 502)", lambda r: _kept(r)),
     (
         "uncertain outcomes reconciled (effect found / not found)",
         lambda r: _reconciled(r),
     ),
-    ("refunds re-sent after a dead or cancelled worker", lambda r: _resent(r)),
+    ("refunds re-sent after an unknown outcome (not found)", lambda r: _resent(r)),
     ("lock contention errors", lambda r: r.counters.get("lock_contention", 0)),
     ("worker-loop retries", lambda r: r.counters.get("loop_retries", 0)),
     ("wall time", lambda r: f"{r.wall_time_s:.1f} s"),
@@ -150,6 +151,12 @@ def _free(r: ModeResult) -> str:
     return str(r.counters.get("free_retries", 0)) if r.mode == "idempotent" else "-"
 
 
+def _kept(r: ModeResult) -> str:
+    """Tool errors after the POST began (a dropped connection, a 502) that left the key
+    uncertain, so the retry asked the provider (the idempotent mode only)."""
+    return str(r.counters.get("errors_uncertain", 0)) if r.mode == "idempotent" else "-"
+
+
 def _reconciled(r: ModeResult) -> str:
     """``found / not found`` for the idempotent mode; ``-`` for a mode that cannot ask."""
     if r.mode != "idempotent":
@@ -161,8 +168,9 @@ def _reconciled(r: ModeResult) -> str:
 
 
 def _resent(r: ModeResult) -> str:
-    """POSTs of a refund made by a takeover (the idempotent mode counts them; the others
-    cannot tell a re-send: theirs are among the duplicates after a dead worker)."""
+    """POSTs of a refund made by a takeover whose reconcile hook found nothing committed (a
+    502 before the provider acted, a worker killed before it): the idempotent mode counts
+    them; the others cannot tell a re-send (theirs are among the duplicates)."""
     return str(r.counters.get("refunds_resent", 0)) if r.mode == "idempotent" else "-"
 
 

@@ -49,6 +49,7 @@ COUNTERS = (
     "reconciled_found",
     "reconciled_not_found",
     "reconcile_errors",
+    "errors_uncertain",
     "refunds_resent",
     "lease_lost",
     "stale_completion",

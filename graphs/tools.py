@@ -8,7 +8,8 @@
 - ``notify_customer``: sends a message (``POST /notifications``), with the key likewise.
 
 :func:`make_reconcilers` gives their ``reconcile=`` hooks: when a call's outcome is
-unknown (its worker died, or was cancelled, after the POST), the next worker asks the
+unknown (its worker died, or was cancelled, after the POST; or the POST raised inside its
+``side_effect()`` block: a dropped connection, a timeout, a 502), the next attempt asks the
 provider ``GET /refunds?idempotency_key=K`` and, if the refund was committed, takes its
 stored response as the tool's result instead of sending the POST again.
 
@@ -101,7 +102,7 @@ def make_tools(
     the provider has answered with a committed refund, before the tool returns: the demo
     uses it to kill the worker process at the worst moment. ``on_refund_resent`` runs when
     ``issue_refund`` sends its POST as a takeover (a previous attempt's outcome was
-    unknown): a refund re-sent after a dead or cancelled worker, which the demo counts.
+    unknown and its hook found nothing committed): a re-sent refund, which the demo counts.
     ``before_refund`` runs inside ``issue_refund`` before its POST (the demo kills the
     worker there too). ``mark_effects``: each POST runs inside ``side_effect()`` (the tools
     are wrapped with ``boundary=True``), so a worker that dies before it is retried freely.

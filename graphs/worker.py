@@ -151,6 +151,8 @@ def build_worker_agent(
             count(_EVENT_COUNTERS[kind])
         elif kind == "reconcile" and not isinstance(event, str):
             count(_RECONCILE_COUNTERS[event.detail["outcome"]])
+        elif kind == "abandon" and not isinstance(event, str) and event.detail["reason"] == "error":
+            count("errors_uncertain")  # a lost response, a 502 after the POST began: unknown
 
     kill = _KillSwitch(shared, slot)
     http = httpx.Client(base_url=cfg.provider_url, timeout=DEFAULT_TIMEOUT, verify=_TLS)

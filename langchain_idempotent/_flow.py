@@ -42,7 +42,7 @@ from .errors import (
 from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, deliver, logger
 from .policy import Policy
 from .reconcile import ReconcileCall
-from .record import Claim, ClaimOutcome, Completion, UncertainReason
+from .record import Claim, ClaimOutcome, Completion, UncertainReason, error_type_of
 from .serde import ResultSerializer
 
 __all__ = ["Flow"]
@@ -150,13 +150,20 @@ class Flow:
 
     def _run_owned(self, call: _Call, claim: Claim) -> Generator[_Step, Any, Any]:
         """Holding the lease: reconcile a takeover, or run the action and settle it."""
+        policy = self.policy
+        boundary = _Boundary(
+            declared=policy.boundary,
+            tool=call.tool,
+            resendable=(*self.never_terminal, *policy.not_sent),
+            keyed=policy.effect_class == "keyed",
+        )
         ctx = IdempotencyContext(
             key=call.key,
             fence=claim.fence,
             attempt=claim.attempt,
             takeover=claim.outcome is ClaimOutcome.TAKEOVER,
             owner=call.owner,
-            _boundary=_Boundary(declared=self.policy.boundary, tool=call.tool),
+            _boundary=boundary,
         )
         if claim.outcome is ClaimOutcome.RETRY:  # the previous attempt never reached its effect
             self._emit(call, "free_retry", ctx.fence, ctx.attempt, {"reason": claim.reason})
@@ -167,7 +174,9 @@ class Flow:
                 found = yield from self._ask(call, claim, claim.attempt - 1)
             except BaseException:
                 # Still unknown: give it back so the next claimant asks again.
-                yield from self._abandon(call, ctx, claim.reason or "lease_expired")
+                yield from self._abandon(
+                    call, ctx, claim.reason or "lease_expired", claim.error_type
+                )
                 raise
             if found is not None:
                 return (yield from self._store_reconciled(call, ctx, found.value))
@@ -196,7 +205,8 @@ class Flow:
         self, call: _Call, ctx: IdempotencyContext, failure: BaseException
     ) -> Generator[_Step, Any, Any]:
         """The action raised (its transaction, if any, already rolled back): abandon on a
-        cancellation, store a terminal failure, release on any other error; re-raise."""
+        cancellation, store a terminal failure, abandon on an error that leaves the effect
+        unknown (:meth:`_left_unknown`), release on any other error; re-raise."""
         if not isinstance(failure, Exception):
             # Cancelled mid-tool: the effect may have happened. Keep the key uncertain.
             yield from self._abandon(call, ctx, "cancelled")
@@ -206,9 +216,29 @@ class Flow:
             )
             if first is not None:
                 return first.value
+        elif self._left_unknown(ctx, failure):
+            # A read timeout, a reset connection, a 502 after the provider committed: the
+            # effect may have happened. Keep the key uncertain; the next claim reconciles.
+            yield from self._abandon(call, ctx, "error", error_type_of(failure))
         else:
             yield from self._release(call, ctx)
         raise failure
+
+    def _left_unknown(self, ctx: IdempotencyContext, failure: Exception) -> bool:
+        """Whether an exception the tool raised leaves its effect unknown (docs/effects.md,
+        "After an error"). Never for control flow (``never_terminal``: LangGraph's
+        ``interrupt()``), an exception ``not_sent`` names, or a ``keyed`` tool (it re-sends
+        with the key); always once the ``side_effect()`` block was entered; and anywhere in
+        an ``unsafe`` or ``irreversible`` tool that marks no boundary (it never re-runs
+        blind). Other tools (no class, or a boundary not reached) release: a free retry."""
+        policy = self.policy
+        resendable = (*self.never_terminal, *policy.not_sent)
+        if isinstance(failure, resendable) or policy.effect_class == "keyed":
+            return False
+        if ctx.entered:
+            return True
+        blind = not policy.boundary and not policy.transactional
+        return blind and policy.effect_class in ("unsafe", "irreversible")
 
     def _store_failure(
         self, call: _Call, ctx: IdempotencyContext, failure: bytes, txn: Any = None
@@ -268,9 +298,15 @@ class Flow:
             thread_id=call.thread_id,
             reason=claim.reason or "lease_expired",
             entered=True if claim.entered else None,
+            error_type=claim.error_type,
         )
         answer: HookAnswer = yield _ReconcileStep(call.reconcile, question)
-        took = {"duration_ms": round(answer.duration_ms, 3), "reason": question.reason}
+        took: dict[str, Any] = {
+            "duration_ms": round(answer.duration_ms, 3),
+            "reason": question.reason,
+        }
+        if question.error_type is not None:
+            took["error_type"] = question.error_type
         if answer.exc is not None:
             self._emit(call, "reconcile", claim.fence, claim.attempt, {"outcome": "error", **took})
             raise answer.exc
@@ -300,9 +336,16 @@ class Flow:
         return self._replay(call, completion.payload, completion.failed)
 
     def _abandon(
-        self, call: _Call, ctx: IdempotencyContext, reason: UncertainReason
+        self,
+        call: _Call,
+        ctx: IdempotencyContext,
+        reason: UncertainReason,
+        error_type: str | None = None,
     ) -> Generator[_Step, Any, None]:
-        yield from self._let_go(call, ctx, _AbandonStep(ctx, reason), {"reason": reason})
+        detail: dict[str, str] = {"reason": reason}
+        if error_type is not None:
+            detail["error_type"] = error_type
+        yield from self._let_go(call, ctx, _AbandonStep(ctx, reason, error_type), detail)
 
     def _release(
         self, call: _Call, ctx: IdempotencyContext, txn: Any = None

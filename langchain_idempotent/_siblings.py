@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from .engine import Claimed, Engine, new_owner
 from .errors import IdempotencyError
 from .heartbeat import schedule_renewal
-from .record import Claim, ClaimOutcome
+from .record import Claim, ClaimOutcome, uncertain_kwargs
 from .stores.base import BaseIdempotencyStore, ClaimRequest
 
 if TYPE_CHECKING:
@@ -188,10 +188,7 @@ def _give_back(store: BaseIdempotencyStore, request: ClaimRequest, claim: Claim)
     """Undo a claim whose call never ran, as the protocol says for a run that did not start."""
     if claim.outcome is ClaimOutcome.TAKEOVER:
         store.abandon(
-            request.key,
-            owner=request.owner,
-            fence=claim.fence,
-            reason=claim.reason or "lease_expired",
+            request.key, owner=request.owner, fence=claim.fence, **uncertain_kwargs(claim)
         )
     elif claim.outcome.runs:
         store.release(request.key, owner=request.owner, fence=claim.fence)

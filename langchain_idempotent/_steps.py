@@ -67,6 +67,8 @@ class _ReleaseStep:
 class _AbandonStep:
     ctx: IdempotencyContext
     reason: UncertainReason
+    #: With reason ``error``: the exception's type name (it travels in the record).
+    error_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

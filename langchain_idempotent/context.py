@@ -36,12 +36,18 @@ class _LeaseFlag:
 class _Boundary:
     """One run's side-effect boundary: whether the tool declared it (``boundary=True``),
     whether the block was entered or is open now, and how to mark it (set by the engine's
-    driver; ``None`` for an unprotected run, which has no record to mark)."""
+    driver; ``None`` for an unprotected run, which has no record to mark). ``failed``: the
+    type of an exception that left a block of this run with its effect unknown (not one of
+    ``resendable``, the ``not_sent=`` types, and not in a ``keyed`` tool): the block may
+    not be entered again in this run."""
 
     declared: bool = False
     entered: bool = False
     inside: bool = False
     tool: str | None = None
+    resendable: tuple[type[BaseException], ...] = ()
+    keyed: bool = False
+    failed: str | None = None
     mark: Callable[[], bool] | None = None
     amark: Callable[[], Awaitable[bool]] | None = None
 
@@ -113,8 +119,11 @@ class SideEffect:
 
     Refused, before anything is marked: in a tool that did not declare ``boundary=True``
     (a takeover could not tell a crash before the block from a tool that never marks one),
-    and nested inside another ``side_effect()`` block of the same run. Entering it twice in
-    a row marks once. A mark refused by the store (the lease was lost) raises
+    nested inside another ``side_effect()`` block of the same run, and again after a block
+    of the same run raised an exception that leaves its effect unknown (sending again from
+    inside the run would be a blind re-run; an exception ``not_sent=`` names, or any in a
+    ``keyed`` tool, does not count). Entering it twice in a row marks once. A mark refused
+    by the store (the lease was lost) raises
     :class:`~langchain_idempotent.errors.LeaseLostError`; the block does not run.
     """
 
@@ -132,6 +141,16 @@ class SideEffect:
             raise IdempotencyError(
                 "side_effect() is already open in this run: blocks do not nest; mark the "
                 "external call once, around the call itself",
+                key=ctx.key,
+            )
+        if gate.failed is not None:
+            raise IdempotencyError(
+                f"side_effect() entered again in tool {gate.tool!r} after its block raised "
+                f"{gate.failed} in this run: that effect may have happened, and sending it "
+                "again from inside the same run would be a blind re-run. Let the exception "
+                "propagate (the key is kept uncertain; the next attempt asks reconcile= or "
+                "on_expired decides), or name the exception in not_sent= if it proves "
+                "nothing was sent",
                 key=ctx.key,
             )
         if not gate.declared and ctx.protected:
@@ -162,6 +181,14 @@ class SideEffect:
     def _fail(self) -> None:
         self._ctx._boundary.inside = False
 
+    def _close(self, exc: BaseException | None) -> None:
+        gate = self._ctx._boundary
+        gate.inside = False
+        if isinstance(exc, Exception) and not gate.keyed and not isinstance(exc, gate.resendable):
+            from .record import error_type_of
+
+            gate.failed = error_type_of(exc)
+
     def __enter__(self) -> IdempotencyContext:
         if self._open():
             assert self._ctx._boundary.mark is not None
@@ -178,7 +205,7 @@ class SideEffect:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._ctx._boundary.inside = False
+        self._close(exc)
 
     async def __aenter__(self) -> IdempotencyContext:
         gate = self._ctx._boundary
@@ -200,7 +227,7 @@ class SideEffect:
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._ctx._boundary.inside = False
+        self._close(exc)
 
 
 _current: ContextVar[IdempotencyContext | None] = ContextVar(

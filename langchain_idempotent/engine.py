@@ -28,12 +28,18 @@ renewing; an owner that dies stops renewing, its lease expires, and the next cla
 takeover (or ``OutcomeUnknownError`` with ``on_expired="raise"``) instead of BUSY.
 
 A takeover is a call whose previous attempt's outcome is unknown (its owner died, was
-paused past its lease, or was cancelled mid-tool and *abandoned* the key): when a
-``reconcile`` hook is configured (:mod:`.reconcile`) the flow asks it first, and stores
-what it finds instead of running the action again. An action cancelled mid-run
-(``asyncio.CancelledError``, ``KeyboardInterrupt``: any ``BaseException`` that is not an
-``Exception``) abandons the key, so the next claimant takes over and reconciles; an
-``Exception`` the action raised itself releases it (a LangGraph ``interrupt()`` too).
+paused past its lease, was cancelled mid-tool, or raised after its effect may have begun,
+and *abandoned* the key): when a ``reconcile`` hook is configured (:mod:`.reconcile`) the
+flow asks it first, and stores what it finds instead of running the action again. An
+action cancelled mid-run (``asyncio.CancelledError``, ``KeyboardInterrupt``: any
+``BaseException`` that is not an ``Exception``) abandons the key, so the next claimant
+takes over and reconciles. An ``Exception`` the action raised abandons it too (reason
+``error``, with the exception's type) when it leaves the effect unknown: raised after the
+``side_effect()`` block was entered, or anywhere in an ``unsafe`` / ``irreversible`` tool
+without a boundary; otherwise it releases it, a free retry: before the block, in a tool
+with no effect class, a ``keyed`` tool, an exception ``not_sent=`` names, and a
+LangGraph ``interrupt()`` (the ``never_terminal`` types). The caller gets the exception
+either way.
 
 An action that answers without a result worth keeping (a tool error already turned into
 a message for the model) returns :class:`Unmemoized`: the key is released, so a retry
@@ -72,7 +78,7 @@ from .events import EventCounter, EventHook
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
 from .reconcile import reconciler_for
-from .record import Claim
+from .record import Claim, abandon_kwargs
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
 
@@ -268,9 +274,8 @@ class Engine(Flow):
                 step.txn.rollback()
             return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
         if isinstance(step, _AbandonStep):
-            return store.abandon(
-                call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason
-            )
+            uncertain = abandon_kwargs(step.reason, step.error_type)
+            return store.abandon(call.key, owner=call.owner, fence=step.ctx.fence, **uncertain)
         if isinstance(step, _ReconcileStep):
             return ask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
@@ -383,8 +388,9 @@ class Engine(Flow):
         if isinstance(step, _AbandonStep):
             # Shielded: the caller is usually being cancelled; a second cancellation must
             # not stop the record from saying so.
+            uncertain = abandon_kwargs(step.reason, step.error_type)
             return await asyncio.shield(
-                store.aabandon(call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason)
+                store.aabandon(call.key, owner=call.owner, fence=step.ctx.fence, **uncertain)
             )
         if isinstance(step, _ReconcileStep):
             return await aask(step.hook, step.call)

@@ -18,12 +18,14 @@ Stable event kinds (``IdempotencyEvent.kind``):
 ``store_error``        the store could not be reached or a record could not be read
 ``fail_open``          the store was down and the tool ran unprotected (``fail_open``)
 ``complete``           a result was stored
-``release``            the lease was released after a retryable error
-``abandon``            the call was cancelled mid-tool (or its reconcile hook failed):
-                       the key stays uncertain, the next claimant takes over
+``release``            the lease was released after an error that leaves nothing unknown
+``abandon``            the call was cancelled mid-tool, its tool raised after its effect
+                       may have begun (``detail``: ``reason`` ``"error"`` and
+                       ``error_type``), or its reconcile hook failed: the key stays
+                       uncertain, the next claimant takes over
 ``reconcile``          a reconcile hook was asked about an uncertain call; ``detail``:
-                       ``outcome`` (``found``, ``not_found``, ``error``), ``duration_ms``
-                       and ``reason``
+                       ``outcome`` (``found``, ``not_found``, ``error``), ``duration_ms``,
+                       ``reason`` and (for reason ``error``) ``error_type``
 =====================  ===============================================================
 
 Logging goes to ``logging.getLogger("langchain_idempotent")`` and children; no handler

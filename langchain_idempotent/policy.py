@@ -103,7 +103,8 @@ class Policy:
     #: Run the tool unprotected when the store is unreachable (default: fail closed).
     fail_open: bool = False
     #: Exceptions that are final: stored as a failed record and re-raised on replay.
-    #: Any other exception releases the key so a retry runs again.
+    #: Any other exception releases the key so a retry runs again, unless it leaves the
+    #: effect unknown (see ``not_sent``): then the key is kept uncertain.
     terminal_exceptions: tuple[type[BaseException], ...] = field(default=(), metadata=_CODE_ONLY)
     #: Types (pydantic models, dataclasses) the tool returns that must replay as themselves.
     allowed_types: tuple[type | tuple[str, str], ...] = field(default=(), metadata=_CODE_ONLY)
@@ -137,6 +138,12 @@ class Policy:
     #: more per run, when the block is entered. Code-only: it states what the tool's code
     #: does.
     boundary: bool = field(default=False, metadata=_CODE_ONLY)
+    #: Exceptions that prove nothing left the process (``(httpx.ConnectError,
+    #: ConnectionRefusedError)``): they release the key, a free retry. Any other exception
+    #: raised after the ``side_effect()`` block was entered (in an ``unsafe`` or
+    #: ``irreversible`` tool without ``boundary``: anywhere) leaves the outcome unknown:
+    #: the key is abandoned and the next claim reconciles (docs/effects.md).
+    not_sent: tuple[type[Exception], ...] = field(default=(), metadata=_CODE_ONLY)
     #: The tool's effect class (:data:`EffectClass`), or a dict of tool names to classes:
     #: a preset of ``on_expired`` and ``approval`` (options given explicitly win). Resolved
     #: per tool by :meth:`for_tool`.
@@ -210,6 +217,7 @@ class Policy:
         object.__setattr__(self, "_explicit", _not_default(self))
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
+        object.__setattr__(self, "not_sent", _exception_classes(self.not_sent, "not_sent"))
 
     @property
     def lease_ms(self) -> int:
@@ -314,6 +322,7 @@ class PolicyOptions(TypedDict, total=False):
     interrupt_mode: InterruptMode
     reconcile: ReconcileOption | None
     boundary: bool
+    not_sent: tuple[type[Exception], ...]
     effect: EffectClass | Mapping[str, EffectClass] | None
     identical_calls: Literal["share", "run", "reject"]
     on_fork: Literal["replay", "run"]
@@ -343,6 +352,24 @@ def _check_effect(effect: object) -> None:
             raise ValueError(
                 f"unknown effect class {chosen!r}{where}; valid: {', '.join(EFFECT_CLASSES)}"
             )
+
+
+def _exception_classes(value: object, option: str) -> tuple[type[Exception], ...]:
+    """``value`` as a tuple of exception classes (one class is accepted too); anything
+    else is a ``TypeError`` naming the option and the offending item."""
+    items = (value,) if isinstance(value, type) else value
+    if not isinstance(items, (tuple, list, set, frozenset)):
+        raise TypeError(
+            f"{option}= takes exception classes, e.g. {option}=(httpx.ConnectError, "
+            f"ConnectionRefusedError); got {value!r}"
+        )
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, Exception)):
+            raise TypeError(
+                f"{option}= takes exception classes (subclasses of Exception), got {item!r} "
+                f"in {value!r}"
+            )
+    return tuple(items)
 
 
 def option_names() -> tuple[str, ...]:

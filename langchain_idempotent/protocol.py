@@ -19,7 +19,8 @@ claim (``rec`` is the record under ``key``, ``now`` the store clock)::
         policy "raise"              -> EXPIRED    nothing written (outcome unknown)
 
 A TAKEOVER, RETRY or EXPIRED answer carries ``reason``: ``"lease_expired"``, or the reason
-an abandoned record names (``"cancelled"``, ...); TAKEOVER and EXPIRED carry ``entered``
+an abandoned record names (``"cancelled"``, ``"error"`` with its ``error_type``, ...);
+TAKEOVER and EXPIRED carry ``entered``
 (the effect mark was ``"entered"``, not ``"unmarked"``). Neither FREE nor an absent record is
 uncertain: a released key failed in a way the tool itself reported. Every claim that
 writes a new attempt on a clean record (ACQUIRED, RETRY) sets the effect mark: ``"before"``
@@ -44,11 +45,13 @@ owner and fence.
 release: back to ``FREE`` (fence kept, so fences keep increasing) only while ``RUNNING``
 with the caller's owner and fence.
 
-abandon (an owner cancelled mid-tool, which cannot know whether its effect happened):
-only while ``RUNNING`` with the caller's owner and fence, the record stays ``RUNNING`` with
-``lease_until`` 0 and ``owner`` naming the reason (``"!cancelled"``, see
+abandon (an owner cancelled mid-tool, or whose tool raised after its effect may have begun,
+which cannot know whether its effect happened): only while ``RUNNING`` with the caller's
+owner and fence, the record stays ``RUNNING`` with ``lease_until`` 0 and ``owner`` naming
+the reason (``"!cancelled"``; ``"!error:httpx.ReadTimeout"`` with the exception's type, see
 :func:`~langchain_idempotent.record.abandoned_owner`): the next claim is a TAKEOVER at once,
-with that reason, instead of a clean ACQUIRED. Fence and attempt are kept.
+with that reason (and ``error_type``), instead of a clean ACQUIRED. Fence, attempt and the
+effect mark are kept.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from .record import (
     Record,
     State,
     UncertainReason,
+    abandoned_error_type,
     abandoned_owner,
     abandoned_reason,
 )
@@ -152,16 +156,28 @@ def _expired(
     """A running record whose lease ended: a clean RETRY when its attempt never entered its
     side-effect block, else uncertain (TAKEOVER, or EXPIRED under ``"raise"``)."""
     reason = abandoned_reason(rec.owner) or "lease_expired"
+    error_type = abandoned_error_type(rec.owner)
     if rec.effect == "before":
-        return take(ClaimOutcome.RETRY, reason=reason)
+        return take(ClaimOutcome.RETRY, reason=reason, error_type=error_type)
     entered = rec.effect == "entered"
     if on_expired == "raise":
         expired = Claim(
-            ClaimOutcome.EXPIRED, rec.fence, rec.attempt, reason=reason, entered=entered
+            ClaimOutcome.EXPIRED,
+            rec.fence,
+            rec.attempt,
+            reason=reason,
+            entered=entered,
+            error_type=error_type,
         )
         return expired, None
     # The previous attempt's effect may have happened: the new attempt inherits that.
-    return take(ClaimOutcome.TAKEOVER, reason=reason, entered=entered, effect=rec.effect)
+    return take(
+        ClaimOutcome.TAKEOVER,
+        reason=reason,
+        entered=entered,
+        effect=rec.effect,
+        error_type=error_type,
+    )
 
 
 def _take(
@@ -174,6 +190,7 @@ def _take(
     effect: EffectMark,
     reason: UncertainReason | None = None,
     entered: bool = False,
+    error_type: str | None = None,
 ) -> tuple[Claim, Record]:
     new = replace(
         rec,
@@ -186,7 +203,9 @@ def _take(
         updated_at=now,
         effect=effect,
     )
-    claim = Claim(outcome, new.fence, new.attempt, reason=reason, entered=entered)
+    claim = Claim(
+        outcome, new.fence, new.attempt, reason=reason, entered=entered, error_type=error_type
+    )
     return claim, new
 
 
@@ -267,10 +286,18 @@ def decide_release(
 
 
 def decide_abandon(
-    rec: Record | None, *, owner: str, fence: int, reason: UncertainReason, now: int
+    rec: Record | None,
+    *,
+    owner: str,
+    fence: int,
+    reason: UncertainReason,
+    now: int,
+    error_type: str | None = None,
 ) -> tuple[bool, Record | None]:
     """Give the key up with its outcome unknown, only for the current owner and fence: the
-    next claim takes over at once and is told ``reason``."""
+    next claim takes over at once and is told ``reason`` (and ``error_type``, for
+    ``"error"``)."""
+    gone = abandoned_owner(reason, error_type)  # checks both, whoever owns the record
     if rec is None or rec.state is not State.RUNNING or rec.owner != owner or rec.fence != fence:
         return False, None
-    return True, replace(rec, owner=abandoned_owner(reason), lease_until=0, updated_at=now)
+    return True, replace(rec, owner=gone, lease_until=0, updated_at=now)

@@ -1,7 +1,9 @@
 """The reconciliation hook: ask the downstream whether an uncertain effect happened.
 
-When an owner dies, is paused past its lease, or is cancelled after its side effect but
-before its result was stored, nobody knows whether the effect happened. A ``reconcile=``
+When an owner dies, is paused past its lease, is cancelled after its side effect but
+before its result was stored, or its tool raises after the effect may have begun (a read
+timeout, a reset connection, a 502 after the provider committed), nobody knows whether the
+effect happened. A ``reconcile=``
 hook (sync or async) is asked on every takeover of such a call, before the tool runs
 again::
 
@@ -15,9 +17,13 @@ again::
 - An exception: nothing is stored, the call is given back still uncertain (the next
   claimant asks again) and the exception propagates.
 
-It is never asked on a first run, a replay, after a retryable error the tool raised
-itself (the tool knew it failed: the key was released), or when the previous attempt never
-entered its ``side_effect()`` block (a clean retry: the effect never started). With
+After an exception the tool raised, it is asked when the error left the outcome unknown
+(``reason="error"``, ``error_type`` the exception's type): one raised after the
+``side_effect()`` block was entered (``entered=True``), or, for an ``unsafe`` /
+``irreversible`` tool without a boundary, any exception. It is never asked on a first run,
+a replay, after an exception ``not_sent=`` names or one a ``keyed`` tool raised (the key
+was released: a free retry), or when the previous attempt never entered its
+``side_effect()`` block (a clean retry: the effect never started). With
 ``on_expired="raise"`` it is asked first, and ``OutcomeUnknownError`` is raised only when
 it returns ``None``.
 """
@@ -58,6 +64,9 @@ class ReconcileCall:
     #: ``None``: the tool does not mark its effect, so nobody knows how far it got. (An
     #: attempt that never entered its block is retried without asking.)
     entered: bool | None = None
+    #: For ``reason="error"``: the type of the exception the attempt raised
+    #: (``"httpx.ReadTimeout"``, ``"TimeoutError"``); ``None`` otherwise.
+    error_type: str | None = None
 
 
 #: A hook: the call's result if its effect happened, else ``None``; sync or async.

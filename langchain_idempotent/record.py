@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal, get_args
 
 __all__ = [
     "FORMAT_VERSION",
@@ -20,8 +20,13 @@ __all__ = [
     "Record",
     "State",
     "UncertainReason",
+    "abandon_kwargs",
+    "abandoned_error_type",
     "abandoned_owner",
     "abandoned_reason",
+    "error_type_of",
+    "parse_reason",
+    "uncertain_kwargs",
 ]
 
 #: Version of the record layout; stored in every record and checked on read.
@@ -41,25 +46,78 @@ EffectMark = Literal["unmarked", "before", "entered"]
 #: ``lease_expired`` its owner stopped renewing (died, or paused past its lease: the two
 #: cannot be told apart); ``cancelled`` its owner was cancelled mid-tool and said so
 #: (:meth:`~langchain_idempotent.stores.base.BaseIdempotencyStore.abandon`);
-#: ``lease_lost`` its owner gave the call up after finding its lease gone while it ran.
-UncertainReason = Literal["lease_expired", "cancelled", "lease_lost"]
+#: ``lease_lost`` its owner gave the call up after finding its lease gone while it ran;
+#: ``error`` its tool raised an exception that does not prove nothing was sent (after
+#: entering its ``side_effect()`` block, or, for an ``unsafe`` / ``irreversible`` tool
+#: without a boundary, anywhere): ``Claim.error_type`` names the exception's type.
+UncertainReason = Literal["lease_expired", "cancelled", "lease_lost", "error"]
+_REASONS: tuple[UncertainReason, ...] = get_args(UncertainReason)
 
-#: An abandoned record's ``owner`` is this prefix and the reason (``"!cancelled"``): no
+#: An abandoned record's ``owner`` is this prefix and the reason (``"!cancelled"``), and
+#: for ``error`` the exception's type after a colon (``"!error:httpx.ReadTimeout"``): no
 #: owner token starts with it, so the owner that gave up can no longer renew or release,
 #: and its ``lease_until`` is 0, so the next claim takes over at once.
 _ABANDONED = "!"
+#: The longest exception type name an abandoned owner carries (longer names are cut).
+_MAX_ERROR_TYPE = 200
 
 
-def abandoned_owner(reason: UncertainReason) -> str:
-    """The ``owner`` an abandoned record carries."""
-    return _ABANDONED + reason
+def error_type_of(exc: BaseException) -> str:
+    """The name an ``error`` abandon records for ``exc``: ``module.QualName``, the bare
+    name for builtins (``TimeoutError``, ``httpx.ReadTimeout``)."""
+    kind = type(exc)
+    module = kind.__module__
+    name = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+    return name[:_MAX_ERROR_TYPE]
+
+
+def abandoned_owner(reason: UncertainReason, error_type: str | None = None) -> str:
+    """The ``owner`` an abandoned record carries (``error_type`` only with ``"error"``)."""
+    if reason not in _REASONS:
+        raise ValueError(f"reason must be one of {', '.join(_REASONS)}, got {reason!r}")
+    if error_type is None:
+        return _ABANDONED + reason
+    if reason != "error" or not isinstance(error_type, str) or not error_type:
+        raise ValueError(
+            f"error_type is the type name of the exception behind reason 'error' (a non-empty "
+            f"string), got {error_type!r} with reason {reason!r}"
+        )
+    return f"{_ABANDONED}{reason}:{error_type[:_MAX_ERROR_TYPE]}"
+
+
+def abandon_kwargs(reason: UncertainReason, error_type: str | None = None) -> dict[str, Any]:
+    """The keyword arguments of a store's ``abandon`` for ``reason``: ``error_type`` only when
+    there is one (a store written before it still serves every other reason)."""
+    if error_type is None:
+        return {"reason": reason}
+    return {"reason": reason, "error_type": error_type}
+
+
+def uncertain_kwargs(claim: Claim) -> dict[str, Any]:
+    """:func:`abandon_kwargs` for giving back an unused TAKEOVER ``claim`` as uncertain as
+    it found the key: its reason (``"lease_expired"`` if none) and error type."""
+    return abandon_kwargs(claim.reason or "lease_expired", claim.error_type)
+
+
+def parse_reason(text: str) -> tuple[UncertainReason, str | None] | None:
+    """What an abandoned owner says after its ``!`` (``"error:httpx.ReadTimeout"``): the
+    reason and the error type, or ``None`` when it is no reason this version knows."""
+    reason, colon, error_type = text.partition(":")
+    if reason not in _REASONS or (colon and (reason != "error" or not error_type)):
+        return None
+    return reason, error_type or None  # type: ignore[return-value]
 
 
 def abandoned_reason(owner: str) -> UncertainReason | None:
     """The reason an abandoned record's ``owner`` names, or ``None`` for a real owner."""
-    if owner.startswith(_ABANDONED) and owner[1:] in ("cancelled", "lease_lost", "lease_expired"):
-        return owner[1:]  # type: ignore[return-value]
-    return None
+    found = parse_reason(owner[1:]) if owner.startswith(_ABANDONED) else None
+    return None if found is None else found[0]
+
+
+def abandoned_error_type(owner: str) -> str | None:
+    """The exception type an ``error``-abandoned record's ``owner`` names, else ``None``."""
+    found = parse_reason(owner[1:]) if owner.startswith(_ABANDONED) else None
+    return None if found is None else found[1]
 
 
 class State(StrEnum):
@@ -149,6 +207,9 @@ class Claim:
     #: For TAKEOVER and EXPIRED: ``True`` when the previous attempt entered its side-effect
     #: block; ``False`` when its tool does not mark one (nobody knows how far it got).
     entered: bool = False
+    #: For TAKEOVER, RETRY and EXPIRED with reason ``error``: the type of the exception the
+    #: previous attempt raised (``"httpx.ReadTimeout"``).
+    error_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

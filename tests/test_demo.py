@@ -399,9 +399,27 @@ def test_a_worker_killed_before_its_post_is_a_free_retry_not_a_reconciled_takeov
     result = small_batch["idempotent"]
     counters, faults = result["counters"], result["faults"]
     assert counters["free_retries"] == faults["kill_before_refund"] > 0
-    # Only the workers killed after the provider committed are asked about, and found.
-    assert counters["reconciled_found"] == faults["worker_kill"]
-    assert counters["reconciled_not_found"] == 0
+    # Asked about: the workers killed after the provider committed, and the calls whose POST
+    # raised after it was sent (never a worker killed before its POST).
+    _uncertain_errors_were_asked_about_not_resent(result)
+
+
+def _uncertain_errors_were_asked_about_not_resent(result: dict[str, Any]) -> None:
+    """Every lost response and every provider 502 left its key uncertain (the tool raised
+    inside its side_effect() block); the retry asked the provider instead of re-sending."""
+    counters, faults = result["counters"], result["faults"]
+    assert counters["errors_uncertain"] == faults["drop_after_commit"] + faults["provider_502"]
+    assert counters["errors_uncertain"] > 0
+    asked = counters["reconciled_found"] + counters["reconciled_not_found"]
+    assert counters["reconciled_found"] >= faults["worker_kill"] > 0
+    assert asked <= faults["worker_kill"] + counters["errors_uncertain"]
+    assert counters["reconcile_errors"] == 0
+    # A refund is sent again only where the provider said nothing was committed.
+    assert counters["refunds_resent"] <= counters["reconciled_not_found"]
+    assert result["provider"]["lookup"] >= asked
+    # A lost response is asked about, not re-sent: the provider never answers from its key
+    # table (it did, before errors after the POST were kept uncertain).
+    assert result["provider"].get("replayed", 0) == 0
 
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
@@ -426,13 +444,10 @@ def test_idempotent_pays_every_refund_exactly_once(small_batch: dict[str, Any]) 
     assert result["ledger"]["duplicate_notifications"] == 0
     counters = result["counters"]
     assert counters["takeovers"] > 0  # dead workers' leases were taken over
-    # Each worker killed after the provider committed left an uncertain call; the next
-    # worker asked the provider (GET by key) and found the refund: none was sent again.
-    assert counters["reconciled_found"] == result["faults"]["worker_kill"] > 0
-    assert counters["reconciled_not_found"] == counters["reconcile_errors"] == 0
-    assert counters["refunds_resent"] == 0
-    assert result["provider"]["lookup"] >= counters["reconciled_found"]
-    assert result["provider"]["replayed"] > 0  # lost responses, deduplicated by the key
+    # Each worker killed after the provider committed, and each POST whose response was
+    # lost, left an uncertain call; the next attempt asked the provider (GET by key) and
+    # found the refund: none was sent again.
+    _uncertain_errors_were_asked_about_not_resent(result)
 
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
@@ -470,9 +485,7 @@ def test_idempotent_on_redis_pays_every_refund_exactly_once(
     result = _run(tmp_path, "--protection", "idempotent", "--redis", redis_server.url)
     ledger = result["idempotent"]["ledger"]
     assert result["idempotent"]["faults"]["worker_kill"] > 0
-    counters = result["idempotent"]["counters"]
-    assert counters["reconciled_found"] == result["idempotent"]["faults"]["worker_kill"]
-    assert counters["refunds_resent"] == 0
+    _uncertain_errors_were_asked_about_not_resent(result["idempotent"])
     assert ledger["refunds_executed"] == 60
     assert ledger["duplicate_refunds"] == 0
     assert ledger["over_credited_cents"] == 0

@@ -127,6 +127,7 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "reconcile",
         "effect",
         "boundary",
+        "not_sent",
         "identical_calls",
         "on_fork",
         "interrupt_mode",

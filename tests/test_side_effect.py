@@ -1,7 +1,11 @@
 """The side-effect boundary: a takeover of an attempt that never entered
 ``side_effect()`` is a free retry (no reconcile, never outcome unknown); one that entered
 is reconciled or raises exactly as before. Each claim is shown beside the same crash on a
-tool that does not mark its effect (today's behaviour: every takeover uncertain)."""
+tool that does not mark its effect (today's behaviour: every takeover uncertain).
+
+An exception raised after the block was entered is an unknown outcome too: the key is
+abandoned (reason ``error``, the exception's type), so the retry reconciles, unless the
+exception is one ``not_sent=`` names or the tool is ``keyed`` (released: a free retry)."""
 
 from __future__ import annotations
 
@@ -192,3 +196,228 @@ def test_side_effect_is_refused_outside_a_call_nested_or_undeclared() -> None:
 def test_boundary_must_be_a_bool() -> None:
     with pytest.raises(ValueError, match="boundary must be True or False"):
         Policy(boundary="yes")  # type: ignore[arg-type]
+
+
+# -- an exception after the block was entered: the outcome is unknown ------------------------
+
+
+class ReadTimeout(Exception):
+    """Stands for the client's read timeout: the request went out, the answer did not come."""
+
+
+class ConnectRefused(Exception):
+    """Stands for a refused connection: nothing left the process."""
+
+
+def _timed_out_after_sending(w: World) -> str:
+    with get_idempotency_context().side_effect():  # type: ignore[union-attr]
+        w.effects.append("refund")  # the provider committed
+        raise ReadTimeout("read timed out")
+
+
+def _error_type(exc: type[BaseException]) -> str:
+    return f"{exc.__module__}.{exc.__qualname__}"
+
+
+def test_an_error_inside_the_block_keeps_the_key_uncertain_and_the_retry_reconciles() -> None:
+    w = World()
+    engine = w.engine(boundary=True)
+    with pytest.raises(ReadTimeout):  # the caller that saw the error still gets it
+        engine.run("k", fingerprint="fp", action=lambda: _timed_out_after_sending(w))
+    rec = w.store.get("k")
+    assert rec is not None and rec.uncertain(w.store.now_ms()) and rec.effect == "entered"
+    abandon = next(e for e in w.events if e.kind == "abandon")
+    assert abandon.detail == {"reason": "error", "error_type": _error_type(ReadTimeout)}
+
+    assert engine.run("k", fingerprint="fp", action=lambda: w.refund(True)) == "refunded"
+    assert "takeover" in w.kinds() and "release" not in w.kinds()
+    [asked] = w.asked
+    assert (asked.reason, asked.entered, asked.error_type) == (
+        "error",
+        True,
+        _error_type(ReadTimeout),
+    )
+    assert (asked.previous_attempt, asked.attempt) == (1, 2)
+
+
+def test_before_this_change_the_same_error_released_the_key_and_nobody_was_asked() -> None:
+    # The same tool, its error named in not_sent=: the old behaviour, a clean free retry.
+    w = World()
+    engine = w.engine(boundary=True, not_sent=(ReadTimeout,))
+    with pytest.raises(ReadTimeout):
+        engine.run("k", fingerprint="fp", action=lambda: _timed_out_after_sending(w))
+    assert "release" in w.kinds()
+    engine.run("k", fingerprint="fp", action=lambda: w.refund(True))
+    assert w.asked == [] and "takeover" not in w.kinds()
+    assert w.effects == ["refund", "refund"]  # what an unknown outcome retried blind costs
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("on_expired", ["takeover", "raise"])
+def test_without_reconcile_on_expired_decides_after_an_error_in_the_block(
+    mode: str, on_expired: Any
+) -> None:
+    w = World()
+    engine = Engine(w.store, Policy(lease=LEASE_S, boundary=True, on_expired=on_expired))
+
+    async def atimed_out() -> str:
+        async with side_effect():
+            w.effects.append("refund")
+            raise ReadTimeout("read timed out")
+
+    async def arefund() -> str:
+        async with side_effect():
+            w.effects.append("refund")
+        return "refunded"
+
+    def run(sync: Any, asynchronous: Any) -> Any:
+        if mode == "sync":
+            return engine.run("k", fingerprint="fp", action=sync)
+        return asyncio.run(engine.arun("k", fingerprint="fp", action=asynchronous))
+
+    with pytest.raises(ReadTimeout):
+        run(lambda: _timed_out_after_sending(w), atimed_out)
+    if on_expired == "raise":
+        with pytest.raises(OutcomeUnknownError):
+            run(lambda: w.refund(True), arefund)
+        assert w.effects == ["refund"]
+    else:
+        assert run(lambda: w.refund(True), arefund) == "refunded"
+        assert w.effects == ["refund", "refund"]  # re-sent, with the key handed downstream
+
+
+def test_an_error_before_the_block_is_still_a_free_retry() -> None:
+    w = World()
+    engine = w.engine(boundary=True)
+
+    def refused() -> str:
+        raise ReadTimeout("failed before the block")
+
+    with pytest.raises(ReadTimeout):
+        engine.run("k", fingerprint="fp", action=refused)
+    assert engine.run("k", fingerprint="fp", action=lambda: w.refund(True)) == "refunded"
+    assert "release" in w.kinds() and w.asked == [] and w.effects == ["refund"]
+
+
+@pytest.mark.parametrize("options", [{"not_sent": (ConnectRefused,)}, {"effect": "keyed"}])
+def test_a_not_sent_error_inside_the_block_releases_and_a_keyed_tool_releases_any(
+    options: dict[str, Any],
+) -> None:
+    w = World()
+    engine = w.engine(boundary=True, **options)
+
+    def refused() -> str:
+        with get_idempotency_context().side_effect():  # type: ignore[union-attr]
+            raise ConnectRefused("connection refused")
+
+    with pytest.raises(ConnectRefused):
+        engine.run("k", fingerprint="fp", action=refused)
+    assert "release" in w.kinds() and "abandon" not in w.kinds()
+    engine.run("k", fingerprint="fp", action=lambda: w.refund(True))
+    assert w.asked == []
+
+
+@pytest.mark.parametrize("effect", ["unsafe", "irreversible"])
+def test_an_unsafe_or_irreversible_tool_without_a_boundary_never_re_runs_blind_after_an_error(
+    effect: str,
+) -> None:
+    ours, plain = World(), World()
+
+    def timed_out(w: World) -> str:
+        w.effects.append("refund")
+        raise ReadTimeout("read timed out")
+
+    # The class's presets as the wrapper resolves them (approval is the wrapper's, not here).
+    engine = Engine(ours.store, Policy(lease=LEASE_S, effect=effect).for_tool("refund"))  # type: ignore[arg-type]
+    with pytest.raises(ReadTimeout):
+        engine.run("k", fingerprint="fp", action=lambda: timed_out(ours))
+    with pytest.raises(OutcomeUnknownError):
+        engine.run("k", fingerprint="fp", action=lambda: ours.refund(False))
+    assert ours.effects == ["refund"]
+
+    # A tool with no class keeps today's default: the error releases, the retry re-runs.
+    engine = Engine(plain.store, Policy(lease=LEASE_S))
+    with pytest.raises(ReadTimeout):
+        engine.run("k", fingerprint="fp", action=lambda: timed_out(plain))
+    engine.run("k", fingerprint="fp", action=lambda: plain.refund(False))
+    assert plain.effects == ["refund", "refund"]
+
+
+def test_an_unsafe_tool_with_a_boundary_is_uncertain_only_after_entering_it() -> None:
+    w = World()
+    engine = w.engine(boundary=True, effect="unsafe")
+
+    def refused() -> str:
+        raise ReadTimeout("before the block")
+
+    with pytest.raises(ReadTimeout):
+        engine.run("k", fingerprint="fp", action=refused)
+    assert "release" in w.kinds()
+    with pytest.raises(ReadTimeout):
+        engine.run("k2", fingerprint="fp", action=lambda: _timed_out_after_sending(w))
+    assert w.store.get("k2").uncertain(w.store.now_ms())  # type: ignore[union-attr]
+
+
+def test_an_interrupt_in_an_irreversible_tool_without_a_boundary_still_releases() -> None:
+    from langgraph.errors import GraphInterrupt
+
+    from langchain_idempotent._compat import NEVER_TERMINAL
+
+    w = World()
+    policy = Policy(lease=LEASE_S, effect="irreversible").for_tool("refund")
+    engine = Engine(w.store, policy, never_terminal=NEVER_TERMINAL, on_event=w.events.append)
+
+    def asks() -> str:
+        raise GraphInterrupt(())
+
+    with pytest.raises(GraphInterrupt):
+        engine.run("k", fingerprint="fp", action=asks)
+    assert engine.run("k", fingerprint="fp", action=lambda: w.refund(False)) == "refunded"
+    assert [e.kind for e in w.events if e.kind in ("release", "abandon")] == ["release"]
+
+
+def test_side_effect_entered_again_after_its_block_raised_is_refused_at_the_call() -> None:
+    w = World()
+
+    def retries_inside(errors: tuple[type[Exception], ...]) -> Any:
+        def tool() -> str:
+            try:
+                with side_effect():
+                    w.effects.append("refund")
+                    raise errors[0]("first send")
+            except errors:
+                with side_effect():  # a blind re-send from inside the run
+                    w.effects.append("refund")
+            return "refunded"
+
+        return tool
+
+    with pytest.raises(IdempotencyError, match=r"entered again .* after its block raised"):
+        w.engine(boundary=True).run("k", fingerprint="fp", action=retries_inside((ReadTimeout,)))
+    assert w.effects == ["refund"]
+    # An error not_sent= names proves nothing left: the re-send in the run is allowed.
+    engine = w.engine(boundary=True, not_sent=(ConnectRefused,))
+    assert engine.run("k2", fingerprint="fp", action=retries_inside((ConnectRefused,))) == (
+        "refunded"
+    )
+
+
+@pytest.mark.parametrize(
+    "bad", [ReadTimeout("an instance"), "httpx.ConnectError", (ReadTimeout, int), 3]
+)
+def test_not_sent_takes_only_exception_classes(bad: Any) -> None:
+    from langchain_core.tools import tool
+
+    with pytest.raises(TypeError, match="not_sent= takes exception classes"):
+        Policy(not_sent=bad)
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund."""
+        return "ok"
+
+    from langchain_idempotent import idempotent
+
+    with pytest.raises(TypeError, match="not_sent= takes exception classes"):
+        idempotent(refund, InMemoryIdempotencyStore(), not_sent=bad)
+    assert Policy(not_sent=ReadTimeout).not_sent == (ReadTimeout,)  # one class is enough

@@ -204,11 +204,14 @@ def test_an_unacknowledged_takeover_is_given_back_uncertain_not_as_a_clean_key(
     time.sleep(0.01)
     store = store_on(alone, prefix, replicas=1, replica_timeout=0.05)
     take = ClaimRequest("k", "b", "fp", LEASE_MS, TTL_MS, boundary=True)
-    with pytest.raises(StoreUnavailableError, match="replica"):
+    with pytest.raises(StoreUnavailableError, match="replica") as refused:
         if face == "one":
             store.claim(**take.kwargs())
         else:
             store.claim_many([take, ClaimRequest("other", "b", "fp", LEASE_MS, TTL_MS)])
+    # The message says what happened: the takeover was not released.
+    assert "the claim was released" not in str(refused.value)
+    assert "outcome still unknown" in str(refused.value)
     record = writer.get("k")
     assert record is not None and record.state is State.RUNNING and record.effect == "entered"
     if face == "batch":  # the fresh claim beside it is released as before

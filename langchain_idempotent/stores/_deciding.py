@@ -42,11 +42,19 @@ class DecidesInPython(BaseIdempotencyStore):
         return ok
 
     def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
         ok = self._keeping_expiry(
             key,
-            lambda rec, now: decide_abandon(rec, owner=owner, fence=fence, reason=reason, now=now),
+            lambda rec, now: decide_abandon(
+                rec, owner=owner, fence=fence, reason=reason, now=now, error_type=error_type
+            ),
         )
         if ok:
             self._wakeup.notify(key)

@@ -132,11 +132,20 @@ class BaseIdempotencyStore(ABC):
 
     @abstractmethod
     def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        """Give the key up with its outcome unknown (the owner was cancelled mid-tool); only
-        for the current owner and fence. The record stays ``RUNNING`` with its lease ended,
-        so the next claim is a TAKEOVER told ``reason``. Wakes waiters like a release."""
+        """Give the key up with its outcome unknown (the owner was cancelled mid-tool, or
+        its tool raised after its effect may have begun); only for the current owner and
+        fence. The record stays ``RUNNING`` with its lease ended, so the next claim is a
+        TAKEOVER told ``reason`` (and ``error_type``, the exception's type, with reason
+        ``"error"``: carried in the owner, :func:`~langchain_idempotent.record.abandoned_owner`).
+        Wakes waiters like a release. The engine passes ``error_type`` only when it has one."""
 
     def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         """Record, before the tool's side effect starts, that its attempt entered the
@@ -266,9 +275,17 @@ class BaseIdempotencyStore(ABC):
         return await asyncio.to_thread(self.release, key, owner=owner, fence=fence)
 
     async def aabandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        return await asyncio.to_thread(self.abandon, key, owner=owner, fence=fence, reason=reason)
+        return await asyncio.to_thread(
+            self.abandon, key, owner=owner, fence=fence, reason=reason, error_type=error_type
+        )
 
     async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         return await asyncio.to_thread(self.mark_effect, key, owner=owner, fence=fence)

@@ -250,9 +250,15 @@ class InMemoryIdempotencyStore(DecidesInPython):
         return self.release(key, owner=owner, fence=fence)
 
     async def aabandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        return self.abandon(key, owner=owner, fence=fence, reason=reason)
+        return self.abandon(key, owner=owner, fence=fence, reason=reason, error_type=error_type)
 
     async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         return self.mark_effect(key, owner=owner, fence=fence)

@@ -1,5 +1,6 @@
-"""Abandon: a cancelled owner leaves its key uncertain, so the next claim is a takeover
-that is told why — never a clean first run."""
+"""Abandon: a cancelled owner (or one whose tool raised after its effect may have begun)
+leaves its key uncertain, so the next claim is a takeover that is told why — never a clean
+first run."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class AbandonContract(ContractBase):
         assert taken.reason == "cancelled"
         assert not require(await face.get(key)).uncertain(await face.now_ms())
 
-    @pytest.mark.parametrize("reason", ["cancelled", "lease_lost", "lease_expired"])
+    @pytest.mark.parametrize("reason", ["cancelled", "lease_lost", "lease_expired", "error"])
     async def test_the_reason_given_to_abandon_is_the_one_the_next_claim_is_told(
         self, face: Face, reason: str
     ) -> None:
@@ -37,6 +38,64 @@ class AbandonContract(ContractBase):
         c = await face.claim(key, "a")
         assert await face.abandon(key, owner="a", fence=c.fence, reason=reason)  # type: ignore[arg-type]
         assert (await face.claim(key, "b")).reason == reason
+
+    async def test_an_error_abandon_hands_the_exception_type_to_the_next_claim(
+        self, face: Face
+    ) -> None:
+        key, key2 = new_key(), new_key()
+        c = await face.claim(key, "a", boundary=True)
+        assert await face.mark_effect(key, owner="a", fence=c.fence)
+        assert await face.abandon(
+            key, owner="a", fence=c.fence, reason="error", error_type="httpx.ReadTimeout"
+        )
+        rec = require(await face.get(key))
+        assert (rec.state, rec.owner, rec.effect) == (
+            State.RUNNING,
+            "!error:httpx.ReadTimeout",
+            "entered",
+        )
+        expired = await face.claim(key, "b", on_expired="raise")
+        assert (expired.outcome, expired.reason, expired.error_type, expired.entered) == (
+            ClaimOutcome.EXPIRED,
+            "error",
+            "httpx.ReadTimeout",
+            True,
+        )
+        taken = await face.claim(key, "b")
+        assert (taken.outcome, taken.reason, taken.error_type, taken.entered) == (
+            ClaimOutcome.TAKEOVER,
+            "error",
+            "httpx.ReadTimeout",
+            True,
+        )
+        # Taken over, the error is the past attempt's: a later expiry says lease_expired.
+        assert await face.abandon(key, owner="b", fence=taken.fence, reason="lease_expired")
+        again = await face.claim(key, "c")
+        assert (again.reason, again.error_type, again.entered) == ("lease_expired", None, True)
+        # Other reasons carry no error type.
+        c2 = await face.claim(key2, "a")
+        assert await face.abandon(key2, owner="a", fence=c2.fence)
+        assert (await face.claim(key2, "b")).error_type is None
+
+    @pytest.mark.parametrize(
+        ("reason", "error_type"),
+        [("cancelled", "TimeoutError"), ("error", ""), ("bored", None)],
+    )
+    async def test_abandon_refuses_an_unknown_reason_or_a_misplaced_error_type(
+        self, face: Face, reason: str, error_type: str | None
+    ) -> None:
+        key = new_key()
+        c = await face.claim(key, "a")
+        before = require(await face.get(key))
+        with pytest.raises(ValueError, match=r"reason must be one of|error_type is the type"):
+            await face.abandon(
+                key,
+                owner="a",
+                fence=c.fence,
+                reason=reason,  # type: ignore[arg-type]
+                error_type=error_type,
+            )
+        assert require(await face.get(key)) == before
 
     async def test_an_abandoned_key_under_on_expired_raise_is_expired_and_stays_uncertain(
         self, face: Face

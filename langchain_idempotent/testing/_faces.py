@@ -20,7 +20,15 @@ from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
 
 import pytest
 
-from ..record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
+from ..record import (
+    Claim,
+    ClaimOutcome,
+    Completion,
+    ExpiredPolicy,
+    Record,
+    UncertainReason,
+    abandon_kwargs,
+)
 from ..stores.base import BaseIdempotencyStore, ClaimRequest
 
 #: A lease that never expires during a test.
@@ -150,10 +158,17 @@ class Face:
         return await self._call(s.release, s.arelease, key, owner=owner, fence=fence)
 
     async def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
         s = self.store
-        return await self._call(s.abandon, s.aabandon, key, owner=owner, fence=fence, reason=reason)
+        uncertain = abandon_kwargs(reason, error_type)
+        return await self._call(s.abandon, s.aabandon, key, owner=owner, fence=fence, **uncertain)
 
     async def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         s = self.store

@@ -21,7 +21,7 @@ from ..protocol import (
     decide_release,
     decide_renew,
 )
-from ..record import Claim, ClaimOutcome, ExpiredPolicy, Record
+from ..record import Claim, ClaimOutcome, ExpiredPolicy, Record, abandon_kwargs
 from ._faces import FP, LONG_MS, OTHER_FP, ContractBase, Face, run_inline
 
 T = TypeVar("T")
@@ -116,6 +116,14 @@ def _decode(n: int) -> _Op:
 _OPS = st.lists(st.integers(0, 2**32 - 1).map(_decode), min_size=5, max_size=30)
 
 
+def _why(op: _Op) -> dict[str, Any]:
+    """An abandon's reason: ``failed`` draws an error abandon (with the exception's type),
+    else a cancellation."""
+    if op.failed:
+        return abandon_kwargs("error", "httpx.ReadTimeout")
+    return abandon_kwargs("cancelled")
+
+
 # -- the model ----------------------------------------------------------------------------
 
 
@@ -152,9 +160,7 @@ class _Model:
         elif op.kind == "release":
             answer, new = decide_release(rec, owner=owner, fence=fence, now=self.now)
         elif op.kind == "abandon":
-            answer, new = decide_abandon(
-                rec, owner=owner, fence=fence, reason="cancelled", now=self.now
-            )
+            answer, new = decide_abandon(rec, owner=owner, fence=fence, now=self.now, **_why(op))
         else:
             answer, new = decide_complete(
                 rec,
@@ -213,6 +219,7 @@ class _Harness:
                 got.payload,
                 got.reason,
                 got.entered,
+                got.error_type,
             ) == (
                 want.outcome,
                 want.fence,
@@ -221,6 +228,7 @@ class _Harness:
                 want.payload,
                 want.reason,
                 want.entered,
+                want.error_type,
             ), f"{where}: store {got}, model {want}"
             if want.outcome is ClaimOutcome.BUSY:
                 assert 0 < got.retry_after_ms <= LONG_MS, where
@@ -256,7 +264,7 @@ class _Harness:
         if op.kind == "release":
             return face.release(key, owner=owner, fence=fence)
         if op.kind == "abandon":
-            return face.abandon(key, owner=owner, fence=fence)
+            return face.abandon(key, owner=owner, fence=fence, **_why(op))
         payload = _PAYLOADS[op.payload]
         return face.complete(key, owner, fence, payload, failed=op.failed, meta=meta)
 

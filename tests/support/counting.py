@@ -75,16 +75,32 @@ class CountingStore(BaseIdempotencyStore):
         return await self.inner.arelease(key, owner=owner, fence=fence)
 
     def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
         self._count("abandon")
-        return self.inner.abandon(key, owner=owner, fence=fence, reason=reason)
+        return self.inner.abandon(
+            key, owner=owner, fence=fence, reason=reason, error_type=error_type
+        )
 
     async def aabandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
         self._count("aabandon")
-        return await self.inner.aabandon(key, owner=owner, fence=fence, reason=reason)
+        return await self.inner.aabandon(
+            key, owner=owner, fence=fence, reason=reason, error_type=error_type
+        )
 
     def get(self, key: str) -> Record | None:
         return self.inner.get(key)

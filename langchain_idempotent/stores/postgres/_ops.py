@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, get_args
+from typing import Any
 
 from ...errors import CorruptRecordError
 from ...record import Claim, Completion, Record, UncertainReason, abandoned_owner
@@ -159,8 +159,15 @@ def release_op(q: _Queries, key: str, owner: str, fence: int) -> Op[bool]:
     return single(Stmt(q.release, (key, owner, fence)), _counted)
 
 
-def abandon_op(q: _Queries, key: str, owner: str, fence: int, reason: UncertainReason) -> Op[bool]:
-    params = (_abandoned_owner(reason), key, owner, fence)
+def abandon_op(
+    q: _Queries,
+    key: str,
+    owner: str,
+    fence: int,
+    reason: UncertainReason,
+    error_type: str | None = None,
+) -> Op[bool]:
+    params = (abandoned_owner(reason, error_type), key, owner, fence)
     return single(Stmt(q.abandon, params), _counted)
 
 
@@ -212,11 +219,3 @@ def _counted(row: Any) -> bool:
 
 def _first_int(row: Any) -> int:
     return int(row[0])
-
-
-def _abandoned_owner(reason: UncertainReason) -> str:
-    if reason not in get_args(UncertainReason):
-        raise ValueError(
-            f"reason must be one of {', '.join(get_args(UncertainReason))}, got {reason!r}"
-        )
-    return abandoned_owner(reason)

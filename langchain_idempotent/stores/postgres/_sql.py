@@ -3,10 +3,11 @@
 - **Schema.** :data:`_MIGRATIONS` holds one entry per *shipped* schema version, append-only
   (like ``PostgresSaver``'s ``MIGRATIONS``); ``setup()`` applies those above the version
   stored for the table in ``langchain_idempotent_schema`` (:meth:`_Queries.migrations`).
-  Version 1, the only one so far, is the table (with the side-effect mark, ``effect``),
-  its indexes and the two PL/pgSQL functions,
-  ``<table>_claim`` and ``<table>_complete``, which implement the decision table of
-  :mod:`langchain_idempotent.protocol` (comments name the rows). Each function is headed by
+  Version 1 is the table (with the side-effect mark, ``effect``), its indexes and the two
+  PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which implement the
+  decision table of :mod:`langchain_idempotent.protocol` (comments name the rows); version
+  2 re-creates ``<table>_claim`` so that an abandoned row's reason carries the error type
+  (reason ``error``). Each function is headed by
   comments naming every parameter and what it returns, like the Redis store's Lua scripts.
 - **Statements.** One module-level template per statement the store sends (``_CLAIM``,
   ``_RENEW``, ...), formatted once per table by :class:`_Queries`: a call of one of the
@@ -37,13 +38,13 @@ from ...record import (
     State,
     UncertainReason,
     abandoned_owner,
+    parse_reason,
 )
 
 #: Version of the schema below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 _STATES = {s.value: s for s in State}
-_REASONS: dict[str, UncertainReason] = {r: r for r in get_args(UncertainReason)}
 _EFFECTS: dict[str, EffectMark] = {e: e for e in get_args(EffectMark)}
 _COLUMNS = (
     "key, state, owner, fence, lease_until, fingerprint, attempt, payload, "
@@ -52,8 +53,11 @@ _COLUMNS = (
 #: The server's clock in milliseconds: every lease and expiry is measured on it.
 _NOW = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
-#: The owners an abandoned record can carry, as an SQL list (record.abandoned_owner).
+#: The owners an abandoned record can carry without an error type, as an SQL list
+#: (record.abandoned_owner); an ``error`` abandon also carries one ('!error:httpx.ReadTimeout').
 _ABANDONED_OWNERS = ", ".join(f"'{abandoned_owner(r)}'" for r in get_args(UncertainReason))
+#: The same list as version 1 of the schema was shipped with (before the reason ``error``).
+_V1_ABANDONED_OWNERS = "'!lease_expired', '!cancelled', '!lease_lost'"
 
 # -- schema: one entry per version; setup() applies those above the stored version ---------
 #
@@ -303,7 +307,32 @@ END
 $fn$
 """
 
-_MIGRATIONS = (_V1,)
+
+def _v2() -> str:
+    """Version 2: version 1's claim function re-created with one change, the reason of an
+    abandoned row. An ``error`` abandon's owner names the exception's type
+    (``'!error:httpx.ReadTimeout'``), and the claim passes all of it on after the ``!``
+    (``record.parse_reason`` reads it); every other answer is version 1's."""
+    (claim,) = (stmt for stmt in _V1.split("\n;;\n") if "FUNCTION {t}_claim(" in stmt)
+    v1_reason = (
+        "reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)\n"
+        "                       ELSE 'lease_expired' END;"
+    )
+    v2_reason = (
+        "reason := CASE WHEN rec.owner IN ({abandoned}) OR rec.owner LIKE '!error:_%'\n"
+        "                       THEN substr(rec.owner, 2) ELSE 'lease_expired' END;"
+    )
+    assert claim.count(v1_reason) == 1
+    head = (
+        "-- Version 2: {t}_claim re-created; an abandoned row's reason may carry the error\n"
+        "-- type ('!error:httpx.ReadTimeout' -> 'error:httpx.ReadTimeout').\n"
+    )
+    return head + claim.strip().replace(v1_reason, v2_reason)
+
+
+_V2 = _v2()
+
+_MIGRATIONS = (_V1, _V2)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -492,12 +521,15 @@ class _Queries:
             raise StoreUnavailableError(
                 f"the table {self.table!r} was written by a newer langchain-idempotent "
                 f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade (a "
-                "table set up by a pre-release build at version 2 or 3: drop() it)"
+                "table set up by a pre-release build at version 3: drop() it)"
             )
         out: list[tuple[str, tuple[Any, ...] | None]] = []
         for version in range(stored + 1, SCHEMA_VERSION + 1):
             body = _MIGRATIONS[version - 1].format(
-                t=self.table, now=_NOW, version=FORMAT_VERSION, abandoned=_ABANDONED_OWNERS
+                t=self.table,
+                now=_NOW,
+                version=FORMAT_VERSION,
+                abandoned=_V1_ABANDONED_OWNERS if version == 1 else _ABANDONED_OWNERS,
             )
             out += [(stmt.strip(), None) for stmt in body.split("\n;;\n")]
             out.append((self.write_version, (self.table, version)))
@@ -549,6 +581,9 @@ def _claim_answer(key: str, row: Any, table: str) -> Claim:
     outcome, fence, attempt, retry_after, failed, payload, reason, entered = row
     if outcome == "corrupt":
         raise _corrupt(key, table, "unknown format version")
+    found = None if reason is None else parse_reason(reason)
+    if reason is not None and found is None:
+        raise _corrupt(key, table, f"unknown abandon reason {reason!r}")
     return Claim(
         ClaimOutcome(outcome),
         fence=int(fence),
@@ -556,8 +591,9 @@ def _claim_answer(key: str, row: Any, table: str) -> Claim:
         retry_after_ms=int(retry_after),
         failed=bool(failed),
         payload=None if payload is None else bytes(payload),
-        reason=None if reason is None else _REASONS[reason],
+        reason=None if found is None else found[0],
         entered=bool(entered),
+        error_type=None if found is None else found[1],
     )
 
 

@@ -353,14 +353,26 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
         return await self._arun(key, release_op(self._q, key, owner, fence))
 
     def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        return self._run(key, abandon_op(self._q, key, owner, fence, reason))
+        return self._run(key, abandon_op(self._q, key, owner, fence, reason, error_type))
 
     async def aabandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        return await self._arun(key, abandon_op(self._q, key, owner, fence, reason))
+        return await self._arun(key, abandon_op(self._q, key, owner, fence, reason, error_type))
 
     def get(self, key: str) -> Record | None:
         return self._run(key, probe_op(self._q, key))[0]

@@ -2,8 +2,9 @@
 
 :class:`_Durability` says how many replicas must acknowledge a write and how long to wait
 (the ``WAIT`` command sent right behind a script on the same connection), and what each
-write does when fewer did: a claim that wrote a lease is released and raises, so the tool
-does not run; a completion stays stored on the master and raises; a side-effect mark
+write does when fewer did: a claim that wrote a lease is given back (released when it
+started from a clean key, abandoned when it took over an uncertain one) and raises, so the
+tool does not run; a completion stays stored on the master and raises; a side-effect mark
 raises, so the side effect does not start. An expected "no" (a claim that wrote nothing, a
 completion that found another result) is never an acknowledgement failure.
 """
@@ -21,12 +22,15 @@ from ...record import Claim, ClaimOutcome, Completion
 from ..base import ClaimRequest
 from ._scripts import _to_claim, _to_completion
 
-__all__ = ["_Durability"]
+__all__ = ["CLEAN", "_Durability"]
 
 #: Claim outcomes that wrote a lease (and so are worth a replica's acknowledgement).
 _WRITTEN = frozenset(
     {ClaimOutcome.ACQUIRED, ClaimOutcome.TAKEOVER, ClaimOutcome.RETRY, ClaimOutcome.OWNED}
 )
+#: Claims that started from a clean key: given back by a release (the others, a TAKEOVER
+#: or an OWNED re-claim, by an abandon that keeps the key as uncertain as it was).
+CLEAN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.RETRY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +48,26 @@ class _Durability:
     def short(self, acks: int | None) -> bool:
         return acks is not None and acks < self.replicas
 
-    def error(self, what: str, key: str, acks: int | None) -> StoreUnavailableError:
-        after = {
-            "claim": "the claim was released and the tool was not run",
-            "side-effect mark": "the side effect was not started",
-        }.get(what, "the result is stored on the master, but a failover now could lose it")
+    def error(
+        self, what: str, key: str, acks: int | None, given_back: Sequence[Claim] = ()
+    ) -> StoreUnavailableError:
+        """The error for a write too few replicas acknowledged; for a claim, ``given_back``
+        are the claims given back (released when clean, else abandoned: still uncertain)."""
+        clean = [c.outcome in CLEAN for c in given_back]
+        claim = "the claim was released and the tool was not run"
+        if clean and not any(clean):
+            claim = (
+                "the claim was given back with its outcome still unknown (not released: the "
+                "next claim takes over and reconciles) and the tool was not run"
+            )
+        elif not all(clean):
+            claim = (
+                "the fresh claims were released, the takeovers given back with their "
+                "outcome still unknown, and no tool was run"
+            )
+        after = {"claim": claim, "side-effect mark": "the side effect was not started"}.get(
+            what, "the result is stored on the master, but a failover now could lose it"
+        )
         return StoreUnavailableError(
             f"Redis acknowledged the {what} of idempotency key {key!r} on {acks} of the "
             f"{self.replicas} replica(s) required (replicas={self.replicas}) within "
@@ -95,7 +114,7 @@ class _Durability:
         but too few replicas acknowledged that."""
         claim = _to_claim(reply, key)
         if self.short(acks) and claim.outcome in _WRITTEN:
-            return claim, self.error("claim", key, acks)
+            return claim, self.error("claim", key, acks, [claim])
         return claim, None
 
     def completion(self, key: str, payload: bytes, reply: Any, acks: int | None) -> Completion:

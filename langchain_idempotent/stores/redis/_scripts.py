@@ -44,6 +44,7 @@ from ...record import (
     Record,
     State,
     UncertainReason,
+    parse_reason,
 )
 from ..base import ClaimRequest
 
@@ -54,7 +55,6 @@ _VERSION = str(FORMAT_VERSION)
 _STATES = {s.value.encode(): s for s in State}
 _OUTCOMES = {o.value.encode(): o for o in ClaimOutcome}
 _EFFECTS: dict[bytes, EffectMark] = {e.encode(): e for e in typing.get_args(EffectMark)}
-_REASONS: dict[bytes, UncertainReason] = {r.encode(): r for r in typing.get_args(UncertainReason)}
 
 # -- Lua ---------------------------------------------------------------------------------
 
@@ -127,7 +127,8 @@ _CLAIM = """
 -- ARGV[8..] meta as name, value pairs (stored as m:<name> when the record is created)
 -- Returns {outcome, fence, attempt, retry_after_ms, failed (0/1), payload (replay only)};
 -- takeover, retry and expired add {.., '', reason, entered (0/1)}: reason 'lease_expired',
--- or the reason an abandoned record's owner names ('!cancelled' -> 'cancelled'); entered 1
+-- or what an abandoned record's owner names after its '!' ('!cancelled' -> 'cancelled',
+-- '!error:httpx.ReadTimeout' -> 'error:httpx.ReadTimeout', record.parse_reason); entered 1
 -- when the previous attempt's effect mark was 'entered'. An expired attempt marked 'before'
 -- never entered its side-effect block: it is retried ('retry') under either policy. A
 -- takeover keeps the effect mark it found ('entered' / 'unmarked'): the key stays uncertain
@@ -257,7 +258,8 @@ _ABANDON = """
 -- current owner and fence: stays running, lease_until 0, owner '!'..reason, so the next
 -- claim takes over at once and is told the reason. Wakes waiters.
 -- KEYS[1]  the record hash (channel KEYS[1]..':done' is published on)
--- ARGV[1]  owner token   ARGV[2] fence   ARGV[3] format version   ARGV[4] reason
+-- ARGV[1]  owner token   ARGV[2] fence   ARGV[3] format version
+-- ARGV[4]  the reason, with the error type for 'error' ('error:httpx.ReadTimeout')
 -- Returns 1 when abandoned, 0 when the caller was not the owner.
 local key = KEYS[1]
 local rec, bad = load(key, ARGV[3])
@@ -478,9 +480,20 @@ def _complete_args(
     return args
 
 
+def _reason(reply: Any) -> tuple[UncertainReason | None, str | None]:
+    """A claim reply's reason and error type (``b"error:httpx.ReadTimeout"``), if any."""
+    if len(reply) <= 6:
+        return None, None
+    found = parse_reason(reply[6].decode())
+    if found is None:
+        raise KeyError(reply[6])
+    return found
+
+
 def _to_claim(reply: Any, key: str) -> Claim:
     try:
         outcome = _OUTCOMES[reply[0]]
+        reason, error_type = _reason(reply)
         return Claim(
             outcome,
             fence=reply[1],
@@ -488,10 +501,11 @@ def _to_claim(reply: Any, key: str) -> Claim:
             retry_after_ms=reply[3],
             failed=reply[4] == 1,
             payload=reply[5] if len(reply) > 5 and outcome is ClaimOutcome.REPLAY else None,
-            reason=_REASONS[reply[6]] if len(reply) > 6 else None,
+            reason=reason,
             entered=len(reply) > 7 and reply[7] == 1,
+            error_type=error_type,
         )
-    except (KeyError, IndexError, TypeError) as exc:
+    except (KeyError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"unexpected claim reply {reply!r}", key=key) from exc
 
 

@@ -96,7 +96,15 @@ import redis
 import redis.asyncio
 
 from ...errors import StoreUnavailableError
-from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
+from ...record import (
+    Claim,
+    Completion,
+    ExpiredPolicy,
+    Record,
+    UncertainReason,
+    abandoned_owner,
+    uncertain_kwargs,
+)
 from ..base import BaseIdempotencyStore, ClaimRequest
 from ._clients import (
     AsyncClient,
@@ -107,7 +115,7 @@ from ._clients import (
     _cluster_url,
 )
 from ._describe import describe_servers, time_ms
-from ._durability import _Durability
+from ._durability import CLEAN, _Durability
 from ._listing import ascan, oldest_first, scan
 from ._scripts import (
     _ABANDON_SCRIPT,
@@ -132,13 +140,6 @@ from ._scripts import (
 from ._watch import awatch_once, watch_once
 
 __all__ = ["RedisIdempotencyStore"]
-
-#: Claims that started from a clean key: given back by a release (see ``_give_back``).
-_CLEAN = frozenset({ClaimOutcome.ACQUIRED, ClaimOutcome.RETRY})
-
-
-def _reason(claim: Claim) -> UncertainReason:
-    return claim.reason or "lease_expired"
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -399,7 +400,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         if unacked is not None:
             for r, claim in unacked:
                 self._give_back(r.key, r.owner, claim)
-            raise self._durability.error("claim", requests[0].key, acks)
+            given_back = [claim for _, claim in unacked]
+            raise self._durability.error("claim", requests[0].key, acks, given_back)
         return claims
 
     def _send_many(
@@ -426,7 +428,8 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         if unacked is not None:
             for r, claim in unacked:
                 await self._agive_back(r.key, r.owner, claim)
-            raise self._durability.error("claim", requests[0].key, acks)
+            given_back = [claim for _, claim in unacked]
+            raise self._durability.error("claim", requests[0].key, acks, given_back)
         return claims
 
     # A claim too few replicas acknowledged is given back before the error is raised: a
@@ -436,17 +439,17 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     def _give_back(self, key: str, owner: str, claim: Claim) -> None:
         with contextlib.suppress(StoreUnavailableError):
-            if claim.outcome in _CLEAN:
+            if claim.outcome in CLEAN:
                 self.release(key, owner=owner, fence=claim.fence)
             else:
-                self.abandon(key, owner=owner, fence=claim.fence, reason=_reason(claim))
+                self.abandon(key, owner=owner, fence=claim.fence, **uncertain_kwargs(claim))
 
     async def _agive_back(self, key: str, owner: str, claim: Claim) -> None:
         with contextlib.suppress(StoreUnavailableError):
-            if claim.outcome in _CLEAN:
+            if claim.outcome in CLEAN:
                 await self.arelease(key, owner=owner, fence=claim.fence)
             else:
-                await self.aabandon(key, owner=owner, fence=claim.fence, reason=_reason(claim))
+                await self.aabandon(key, owner=owner, fence=claim.fence, **uncertain_kwargs(claim))
 
     def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
         return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
@@ -495,14 +498,28 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         return bool(await self._aeval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
 
     def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        return bool(self._eval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+        args = (owner, fence, _VERSION, abandoned_owner(reason, error_type)[1:])
+        return bool(self._eval(_ABANDON_SCRIPT, key, args))
 
     async def aabandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
+        self,
+        key: str,
+        *,
+        owner: str,
+        fence: int,
+        reason: UncertainReason = "cancelled",
+        error_type: str | None = None,
     ) -> bool:
-        return bool(await self._aeval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+        args = (owner, fence, _VERSION, abandoned_owner(reason, error_type)[1:])
+        return bool(await self._aeval(_ABANDON_SCRIPT, key, args))
 
     def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         args, wait = (owner, fence, _VERSION), self._durability.wait
