@@ -424,13 +424,20 @@ def _uncertain_errors_were_asked_about_not_resent(result: dict[str, Any]) -> Non
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
 def test_the_same_seeded_faults_hit_every_mode(small_batch: dict[str, Any]) -> None:
-    for kind in ("worker_kill", "duplicate_delivery"):
-        assert len({small_batch[m]["faults"][kind] for m in small_batch}) == 1, kind
-    # The seed arms the kill-before-the-POST for the same tickets in every mode, but it fires
-    # only where the armed delivery reaches the POST: in a protected mode a concurrent
-    # duplicate delivery may finish that refund first, and the armed one then replays it.
+    assert len({small_batch[m]["faults"]["duplicate_delivery"] for m in small_batch}) == 1
+    # The seed arms both kills for the same tickets in every mode, but each fires only where
+    # the armed delivery reaches its point: before the POST (in a protected mode a concurrent
+    # duplicate delivery may finish that refund first, and the armed one then replays it),
+    # or after a committed POST (in the idempotent mode a POST whose response was lost is
+    # not sent again: the retry finds the refund by its key, so a kill armed for the retry's
+    # POST never fires; without protection the retry POSTs again, and dies).
     for m in small_batch:
         assert small_batch[m]["faults"]["kill_before_refund"] > 0, m
+        assert small_batch[m]["faults"]["worker_kill"] > 0, m
+    assert (
+        small_batch["idempotent"]["faults"]["worker_kill"]
+        <= (small_batch["none"]["faults"]["worker_kill"])
+    )
 
 
 @pytest.mark.slow  # a real multi-process batch: pytest -m slow
