@@ -127,8 +127,13 @@ class Flow:
                 )
                 return (yield from self._store_reconciled(call, held, found.value, owned=False))
         self._emit(call, "outcome_unknown", claim.fence, claim.attempt)
+        ended = "lost its lease"
+        if claim.reason == "error":
+            ended = f"raised {claim.error_type or 'an exception'} after its side effect began"
+        elif claim.reason == "cancelled":
+            ended = "was cancelled mid-tool"
         raise OutcomeUnknownError(
-            f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
+            f"a previous run (fence {claim.fence}, attempt {claim.attempt}) {ended} "
             "without recording a result, so its side effect may or may not have happened; "
             "check downstream, then run `langchain-idempotent resolve "
             f"{call.key}` to store the real result or free the key",

@@ -13,8 +13,9 @@ and one that does not, beside the plain tool, and the charges are counted:
   (``keyed`` is a promise about the downstream, and this one does not keep it);
 - ``unsafe`` with ``reconcile=``: the error leaves the key uncertain, the retry is a
   takeover that asks the server what happened and returns the charge it made: one charge;
-- ``unsafe`` without it, and ``irreversible``: the retry stops with ``OutcomeUnknownError``
-  (an operator resolves it): one charge, never a second blind one.
+- ``unsafe`` without it, and ``irreversible`` (approved by a reviewer first): the retry
+  stops with ``OutcomeUnknownError`` (an operator resolves it): one charge, never a second
+  blind one.
 
 ``python -m tests.test_errors_after_effect`` prints the table of these figures.
 """
@@ -34,7 +35,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
-from langgraph.types import RetryPolicy
+from langgraph.types import Command, RetryPolicy
 
 from langchain_idempotent import (
     InMemoryIdempotencyStore,
@@ -56,9 +57,8 @@ CASES: dict[str, dict[str, Any] | None] = {
     "keyed": {"effect": "keyed"},
     "unsafe": {"effect": "unsafe"},
     "unsafe + reconcile=": {"effect": "unsafe", "reconcile": True},
-    # A human approves each new irreversible effect; approving is not what is measured
-    # here (test_approval*.py is), so the reviewer's step is left out.
-    "irreversible": {"effect": "irreversible", "approval": False},
+    # A human approves each new irreversible effect: the run is resumed with an approval.
+    "irreversible": {"effect": "irreversible"},
 }
 
 
@@ -70,6 +70,7 @@ class Figures:
     posts: int = 0
     charges: int = 0
     asked: int = 0
+    approvals: int = 0
     #: What the graph's caller got at the end: the charge id, or the exception's name.
     outcome: str = ""
     errors: list[str] = field(default_factory=list)
@@ -124,6 +125,9 @@ def run_case(case: str, fault: Fault, *, honours_key: bool) -> Figures:
         config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
         try:
             out = graph.invoke({"messages": [AIMessage("", tool_calls=[call])]}, config)
+            while out.get("__interrupt__"):  # irreversible: the reviewer approves
+                figures.approvals += 1
+                out = graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
             figures.outcome = str(out["messages"][-1].content)
         except Exception as exc:  # what the graph's caller sees
             figures.outcome = type(exc).__name__
@@ -155,6 +159,7 @@ def test_a_lost_answer_after_the_commit_never_pays_twice_unless_the_class_allows
         stopped = run_case(case, fault, honours_key=honours_key)
         assert (stopped.posts, stopped.charges) == (1, 1), case
         assert stopped.outcome == OutcomeUnknownError.__name__, case
+        assert stopped.approvals == (1 if case == "irreversible" else 0), case
 
 
 def test_an_error_that_proves_nothing_was_sent_is_a_free_retry() -> None:

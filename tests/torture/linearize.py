@@ -154,7 +154,7 @@ def agrees(op: Op, want: Any) -> bool:
             want.payload,
         )
         if want.outcome in (ClaimOutcome.TAKEOVER, ClaimOutcome.EXPIRED):
-            same = same and got.reason == want.reason
+            same = same and (got.reason, got.error_type) == (want.reason, want.error_type)
         return same
     if isinstance(want, Completion):
         return isinstance(got, Completion) and (
