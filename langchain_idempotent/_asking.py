@@ -174,31 +174,34 @@ class Op:
 
 
 @dataclass(frozen=True, slots=True)
-class Hold:
+class _OnTask:
+    """A step on the task's lock and condition."""
+
+    task: _Task
+
+
+class Hold(_OnTask):
     """Take the task's lock: the flow runs holding it until :class:`Free` (or its end)."""
 
-    task: _Task
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Free:
+class Free(_OnTask):
     """Wake the calls waiting on the task's condition and release its lock."""
 
-    task: _Task
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(_OnTask):
     """Wait on the task's condition (its lock held) until another call wakes this one."""
 
-    task: _Task
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Wake:
+class Wake(_OnTask):
     """Wake the calls waiting on the task's condition."""
 
-    task: _Task
+    __slots__ = ()
 
 
 Step = Op | Hold | Free | Wait | Wake
