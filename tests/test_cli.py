@@ -1136,3 +1136,24 @@ def test_help_imports_neither_langchain_langgraph_nor_redis() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_cli_package_imports_form_no_circle() -> None:
+    """Each command module imports what it shares from ``cli._common``, never the package
+    face that imports it back (every import counts, also those inside functions)."""
+    import grimp
+
+    graph = grimp.build_graph("langchain_idempotent", cache_dir=None)
+    package = "langchain_idempotent.cli"
+    modules = {m for m in graph.modules if m == package or m.startswith(package + ".")}
+    edges = {
+        m: {n for n in graph.find_modules_directly_imported_by(m) if n in modules}
+        for m in modules
+    }
+    circles = []
+    for start in sorted(modules):
+        for target in sorted(edges[start]):
+            chain = graph.find_shortest_chain(importer=target, imported=start)
+            if chain is not None and set(chain) <= modules:
+                circles.append((start, *chain))
+    assert circles == [], f"import circles inside cli/: {circles}"

@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from . import PROG, _redact, nothing_there
+from ._common import PROG, nothing_there, redact
 
 if TYPE_CHECKING:
     from ..stores.base import BaseIdempotencyStore
@@ -434,7 +434,7 @@ def run(
     report = diagnose(store, pings=args.pings)
     if args.json:
         doc = {
-            "url": _redact(url),
+            "url": redact(url),
             "kind": report.kind,
             "facts": report.facts,
             "findings": [
@@ -454,7 +454,7 @@ def run(
 
 
 def _print_report(report: Report, url: str, out: TextIO) -> None:
-    rows = [("store", f"{report.kind} at {_redact(url)}")]
+    rows = [("store", f"{report.kind} at {redact(url)}")]
     for name, value in report.facts.items():
         if name == "servers":
             rows.append(("servers", str(len(value))))
