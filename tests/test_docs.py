@@ -64,3 +64,16 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert (tmp_path / "site" / "concepts" / "index.html").exists()
+
+
+@pytest.mark.parametrize("page", ["multi-agent.md", "mcp.md"])
+def test_every_python_block_runs_or_first_says_what_it_needs(page: str) -> None:
+    """A snippet a newcomer pastes either runs as printed (``<!-- run -->``, executed above)
+    or opens with a comment naming what it needs from elsewhere."""
+    text = (DOCS / page).read_text()
+    fragments = [
+        text.count("\n", 0, m.start()) + 1
+        for m in re.finditer(r"^(?P<mark>.*)\n```python\n(?P<first>.*)$", text, re.M)
+        if m.group("mark") != "<!-- run -->" and not m.group("first").startswith("# ")
+    ]
+    assert fragments == [], f"docs/{page}: python blocks neither run nor say what they need"
