@@ -98,7 +98,11 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         return 2
     matches = None if args.key is None else explained.key.startswith(args.key)
     if args.json:
-        doc = {"key": explained.key, "scope": explained.scope, "parts": dict(explained.parts)}
+        doc: dict[str, Any] = {
+            "key": explained.key,
+            "scope": explained.scope,
+            "parts": dict(explained.parts),
+        }
         if matches is not None:
             doc["matches"] = matches
         print(json.dumps(doc, indent=2), file=out)
