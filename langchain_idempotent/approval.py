@@ -68,7 +68,17 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from ._asking import Op, Steps, StoreOp, adrive, drive, task_of, turns, write_once
+from ._asking import (
+    NotInGraphError,
+    Op,
+    Steps,
+    StoreOp,
+    adrive,
+    drive,
+    task_of,
+    turns,
+    write_once,
+)
 from .keys import visible_arguments
 from .policy import InterruptMode, Policy, needs_approval
 from .record import Record
@@ -81,6 +91,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decision",
+    "NotInGraphError",
     "Verdict",
     "adecide",
     "decide",

@@ -192,3 +192,38 @@ def test_side_effect_is_refused_outside_a_call_nested_or_undeclared() -> None:
 def test_boundary_must_be_a_bool() -> None:
     with pytest.raises(ValueError, match="boundary must be True or False"):
         Policy(boundary="yes")  # type: ignore[arg-type]
+
+
+def test_every_misuse_of_side_effect_is_a_side_effect_misuse_error() -> None:
+    """The refusals above, by name: one class to catch (an ``IdempotencyError``), raised
+    before anything runs."""
+    from langchain_idempotent.errors import SideEffectMisuseError
+
+    assert issubclass(SideEffectMisuseError, IdempotencyError)
+    with pytest.raises(SideEffectMisuseError, match="outside an idempotent tool call"):
+        side_effect()
+    w = World()
+
+    def nested() -> str:
+        with side_effect(), side_effect():
+            w.effects.append("refund")
+        return "ok"
+
+    with pytest.raises(SideEffectMisuseError, match="do not nest"):
+        w.engine(boundary=True).run("n", fingerprint="fp", action=nested)
+    with pytest.raises(SideEffectMisuseError, match="boundary=True"):
+        w.engine().run("u", fingerprint="fp", action=lambda: w.refund(True))
+    assert w.effects == []
+
+    from langchain_core.tools import tool
+
+    from langchain_idempotent import idempotent
+
+    @tool
+    def peek(invoice: str) -> str:
+        """Read something."""
+        with side_effect():
+            return invoice
+
+    with pytest.raises(SideEffectMisuseError, match="declared effect='read'"):
+        idempotent(peek, InMemoryIdempotencyStore(), effect="read").invoke({"invoice": "A"})
