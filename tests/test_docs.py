@@ -77,3 +77,22 @@ def test_every_python_block_runs_or_first_says_what_it_needs(page: str) -> None:
         if m.group("mark") != "<!-- run -->" and not m.group("first").startswith("# ")
     ]
     assert fragments == [], f"docs/{page}: python blocks neither run nor say what they need"
+
+
+def test_the_module_map_names_every_module_of_the_package() -> None:
+    """docs/development.md's map stays the layout: every root module and every cli/ and
+    stores/ module by name, every other subpackage by its folder."""
+    text = section("development.md", "Module map")
+    package = ROOT / "langchain_idempotent"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).parts
+        if len(parts) == 1:
+            wanted = parts[0]
+        elif parts[0] in ("cli", "stores") and len(parts) == 2:
+            wanted = "/".join(parts)
+        else:
+            wanted = "/".join(parts[:-1]) + "/"
+        if f"`{wanted}`" not in text and f"`{wanted}" not in text:
+            missing.append(wanted)
+    assert not missing, f"docs/development.md's module map leaves out {sorted(set(missing))}"
