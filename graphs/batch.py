@@ -52,6 +52,7 @@ from .faults import FaultRates, chance
 from .options import BatchOptions
 from .provider import Invoice, PaymentProvider, ProviderFaults
 from .report import (
+    REPRODUCIBILITY,
     ModeResult,
     ledger_figures,
     render_table,
@@ -489,6 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render_table(results, title))
     for line in worst_customers(results):
         console.print(line, highlight=False)
+    console.print(REPRODUCIBILITY, highlight=False)
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = "refund-pipeline" if opts.pipeline else "refund-batch"

@@ -68,6 +68,7 @@ _MOVED: dict[str, str] = {
     "IdempotencySettings": "settings",
     "store_from_url": "settings",
     "parse_store_url": "stores._url",
+    "SideEffectMisuseError": "errors",
 }
 
 

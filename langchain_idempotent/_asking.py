@@ -17,14 +17,17 @@ who an answer belongs to:
   task); each turn calls ``interrupt()`` once, which either returns the answer in the
   next position or raises the caller's own question.
 * Before a question is raised, *which call it asks about* is recorded write-once under
-  ``(thread, task namespace, position)`` — in this process and in the call's store, so a
-  resume in another process finds it. An answer is handed to the call recorded for its
+  ``(thread, task namespace, position)`` in the call's store, so a resume in any process
+  finds it (the store is the one memory of it). An answer is handed to the call recorded for its
   position, whichever thread drew it; the others wait for their turn.
 * A call that arrives after the task's question was raised re-raises that same question
   (same interrupt id and value), so whichever exception LangGraph surfaces asks the
   recorded call.
-* The turns are one generator (:func:`_turns`) with a thread driver (:func:`ask`) and an
-  asyncio driver (:func:`aask`), which own the lock and the store calls.
+* The turns are a sub-flow (:func:`turns`) of approval's flow, yielding the same steps:
+  store operations (:class:`Op`) and the task's lock and condition (:class:`Hold`,
+  :class:`Free`, :class:`Wait`, :class:`Wake`). One driver per face (:func:`drive`,
+  :func:`adrive`) carries them out: a thread's ``threading.Condition``, or an
+  ``asyncio.Condition`` for the calls of one task on one event loop.
 * Before a turn's ``interrupt()``, the call looks up whom the position's question asked
   about, and draws the answer with *that* call's ``response_schema``, so LangGraph checks
   the answer against the call it belongs to before it saves it. (Should the owner not
@@ -44,19 +47,42 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import random
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 
 from ._compat import interrupt_counter, task_scratchpad
 from .errors import IdempotencyError
+from .record import ClaimOutcome, Record
 
-__all__ = ["NotInGraphError", "aask", "ask", "question_key"]
+if TYPE_CHECKING:
+    from .stores.base import BaseIdempotencyStore
+
+__all__ = [
+    "Free",
+    "Hold",
+    "NotInGraphError",
+    "Op",
+    "Steps",
+    "StoreOp",
+    "Wait",
+    "Wake",
+    "adrive",
+    "drive",
+    "question_key",
+    "task_of",
+    "turns",
+    "write_once",
+]
 
 #: Tasks remembered in this process (a task needs its entry only while its run lasts).
 _MAX_TASKS = 4096
@@ -86,21 +112,24 @@ class _Task:
     #: Each waiting call's ``response_schema``, by its key (an answer is drawn with its
     #: owner's).
     schemas: dict[str, Any] = field(default_factory=dict)
-    #: A call is looking up a position's owner, or recording its question: the others
-    #: wait.
+    #: A call is looking up a position's owner, or recording its question, with the lock
+    #: released: the others wait.
     busy: bool = False
     raised: GraphInterrupt | None = None
     cond: threading.Condition = field(default_factory=threading.Condition)
     acond: asyncio.Condition | None = None
 
 
+#: The tasks running in this process, by their interrupt counter: LangGraph's per-run
+#: objects (the scratchpad, the counter) take neither attributes nor weak references, so
+#: the calls of one task find their shared turns here, keyed by the counter's id (the
+#: entry holds the counter, so the id is not reused while it is remembered).
 _tasks: OrderedDict[tuple[int, str, str], _Task] = OrderedDict()
 _tasks_lock = threading.Lock()
-#: ``question_key`` -> the call's key, for questions asked in this process.
-_asked_here: OrderedDict[str, str] = OrderedDict()
 
 
-def _task(config: RunnableConfig, thread_id: str, tool: str, key: str) -> _Task:
+def task_of(config: RunnableConfig, thread_id: str, tool: str, key: str) -> _Task:
+    """The running task whose turns the call ``key`` of ``tool`` takes."""
     scratchpad = task_scratchpad(config)
     if scratchpad is None:
         raise NotInGraphError(
@@ -123,16 +152,138 @@ def _task(config: RunnableConfig, thread_id: str, tool: str, key: str) -> _Task:
         return task
 
 
-def _remember(qkey: str, key: str) -> None:
-    with _tasks_lock:
-        _asked_here[qkey] = key
-        while len(_asked_here) > _MAX_TASKS:
-            _asked_here.popitem(last=False)
+# -- the steps a flow yields, and their two drivers -----------------------------------------
 
 
-def _asked_locally(qkey: str) -> str | None:
-    with _tasks_lock:
-        return _asked_here.get(qkey)
+class StoreOp(Enum):
+    """A store operation, as its sync and its async method."""
+
+    GET = (attrgetter("get"), attrgetter("aget"))
+    DELETE = (attrgetter("delete"), attrgetter("adelete"))
+    CLAIM = (attrgetter("claim"), attrgetter("aclaim"))
+    COMPLETE = (attrgetter("complete"), attrgetter("acomplete"))
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """Run ``store.<op>(key, **kwargs)``; reply: its result."""
+
+    op: StoreOp
+    key: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _OnTask:
+    """A step on the task's lock and condition."""
+
+    task: _Task
+
+
+class Hold(_OnTask):
+    """Take the task's lock: the flow runs holding it until :class:`Free` (or its end)."""
+
+    __slots__ = ()
+
+
+class Free(_OnTask):
+    """Wake the calls waiting on the task's condition and release its lock."""
+
+    __slots__ = ()
+
+
+class Wait(_OnTask):
+    """Wait on the task's condition (its lock held) until another call wakes this one."""
+
+    __slots__ = ()
+
+
+class Wake(_OnTask):
+    """Wake the calls waiting on the task's condition."""
+
+    __slots__ = ()
+
+
+Step = Op | Hold | Free | Wait | Wake
+Steps = Generator[Step, Any, Any]
+
+
+def drive(steps: Steps, store: BaseIdempotencyStore) -> Any:
+    """Carry out ``steps`` on ``store`` and the tasks' thread conditions; returns what the
+    flow returns. A step's error is raised inside the flow; a lock the flow still holds
+    when it ends (a raised question) is released, waking the calls that wait on it."""
+    held: threading.Condition | None = None
+    reply: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                if isinstance(step, Op):
+                    reply = step.op.value[0](store)(step.key, **step.kwargs)
+                elif isinstance(step, Hold):
+                    step.task.cond.acquire()
+                    held = step.task.cond
+                elif isinstance(step, Free):
+                    held = None
+                    step.task.cond.notify_all()
+                    step.task.cond.release()
+                elif isinstance(step, Wait):
+                    step.task.cond.wait()
+                else:
+                    step.task.cond.notify_all()
+            except BaseException as exc:
+                error = exc
+    finally:
+        if held is not None:
+            held.notify_all()
+            held.release()
+
+
+async def adrive(steps: Steps, store: BaseIdempotencyStore) -> Any:
+    """The async face of :func:`drive`: the store's ``a``-methods and the task's
+    ``asyncio.Condition``."""
+    held: asyncio.Condition | None = None
+    reply: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply, error = None, None
+            try:
+                if isinstance(step, Op):
+                    reply = await step.op.value[1](store)(step.key, **step.kwargs)
+                    continue
+                cond = step.task.acond
+                if cond is None:
+                    cond = step.task.acond = asyncio.Condition()
+                if isinstance(step, Hold):
+                    await cond.acquire()
+                    held = cond
+                elif isinstance(step, Free):
+                    held = None
+                    cond.notify_all()
+                    cond.release()
+                elif isinstance(step, Wait):
+                    await cond.wait()
+                else:
+                    cond.notify_all()
+            except BaseException as exc:
+                error = exc
+    finally:
+        if held is not None:
+            held.notify_all()
+            held.release()
+
+
+# -- the turns -----------------------------------------------------------------------------
 
 
 def _unknown(task: _Task, position: int) -> RuntimeError:
@@ -154,35 +305,31 @@ def _schema_for(task: _Task, owner: str | None, key: str, schema: Any) -> Any:
     return schema if owner in (None, key) else task.schemas.get(owner or "")
 
 
-@dataclass(frozen=True, slots=True)
-class _Outside:
-    """Run ``call(qkey)`` with the task's lock released (a store read or write); reply:
-    its result. The lock is taken again and the waiting calls woken after it."""
-
-    call: Callable[[str], Any]
-    qkey: str
-
-
-#: Wait on the task's condition until another call wakes this one.
-_WAIT = "wait"
-#: Wake the calls waiting on the task's condition.
-_WAKE = "wake"
-_Turn = Generator[_Outside | str, Any, Any]
-
-
-def _turns(
+def turns(
     task: _Task,
     *,
     key: str,
     request: Any,
     schema: Any,
-    record: Callable[[str], Any],
-    lookup: Callable[[str], Any],
-) -> _Turn:
-    """The call ``key``'s turns, run holding the task's lock (one driver per face, below):
-    returns the answer to its question or raises it. Each turn looks up whom the next
-    position's question asked about, then draws that position's answer with the owner's
-    schema: the call's own answer, one to hand to its owner, or this call's question."""
+    meta: Mapping[str, str],
+    lease_ms: int,
+    ttl_ms: int,
+) -> Steps:
+    """The answer to the call ``key``'s question ``request`` (checked against ``schema``),
+    or raise it, taking turns with the task's other calls. The question's record (which
+    call it asks about) is written with ``meta``, ``lease_ms`` and ``ttl_ms``."""
+    yield Hold(task)
+    answer = yield from _turns(task, key, request, schema, (meta, lease_ms, ttl_ms))
+    yield Free(task)
+    return answer
+
+
+def _turns(
+    task: _Task, key: str, request: Any, schema: Any, record: tuple[Mapping[str, str], int, int]
+) -> Steps:
+    """:func:`turns`, holding the task's lock. Each turn looks up whom the next position's
+    question asked about, then draws that position's answer with the owner's schema: the
+    call's own answer, one to hand to its owner, or this call's question."""
     from langgraph.types import interrupt
 
     task.schemas[key] = schema
@@ -192,123 +339,77 @@ def _turns(
         if task.raised is not None:
             raise _again(task.raised)
         if task.busy:
-            yield _WAIT
+            yield Wait(task)
             continue
         position = task.asked
         qkey = question_key(task.thread_id, task.ns, position)
-        owner = _asked_locally(qkey)
-        if owner is None:
-            task.busy = True
-            try:
-                owner = yield _Outside(lookup, qkey)
-            finally:
-                task.busy = False
+        owner = yield from _outside(task, _asked_about(qkey))
         task.asked += 1
         try:
             value = interrupt(request, response_schema=_schema_for(task, owner, key, schema))
         except GraphInterrupt as question:
             # This call asks. Record which call the question is about before anyone sees it.
-            task.busy = True
             try:
-                _remember(qkey, key)
-                yield _Outside(record, qkey)
+                yield from _outside(task, _record_question(qkey, key, *record))
             finally:
-                task.raised, task.busy = question, False
+                task.raised = question
             raise question
         if owner is None:
             raise _unknown(task, position)
         if owner == key:
             return value
         task.answers[owner] = value
-        yield _WAKE
+        yield Wake(task)
 
 
-def ask(
-    config: RunnableConfig,
-    *,
-    key: str,
-    thread_id: str,
-    tool: str,
-    request: Any,
-    schema: Any,
-    record: Callable[[str], None],
-    lookup: Callable[[str], str | None],
-) -> Any:
-    """The answer to the call ``key``'s question ``request`` (checked against
-    ``schema``), or raise it.
-
-    ``record(question_key)`` stores write-once that the question asks about ``key``;
-    ``lookup(question_key)`` reads back which call a question asked about (``None`` when
-    absent).
-    """
-    task = _task(config, thread_id, tool, key)
-    turns = _turns(task, key=key, request=request, schema=schema, record=record, lookup=lookup)
-    reply: Any = None
-    error: BaseException | None = None
-    with task.cond:
-        while True:
-            try:
-                step = turns.throw(error) if error is not None else turns.send(reply)
-            except StopIteration as done:
-                return done.value
-            except BaseException:
-                task.cond.notify_all()  # the question is open: the waiting calls re-raise it
-                raise
-            reply, error = None, None
-            if step == _WAIT:
-                task.cond.wait()
-            elif isinstance(step, _Outside):
-                task.cond.release()
-                try:
-                    reply = step.call(step.qkey)
-                except BaseException as exc:
-                    error = exc
-                finally:
-                    task.cond.acquire()
-                    task.cond.notify_all()
-            else:
-                task.cond.notify_all()
+def _outside(task: _Task, steps: Steps) -> Steps:
+    """``steps`` (store operations) with the task's lock released; the task's other calls
+    wait until it is taken again."""
+    task.busy = True
+    yield Free(task)
+    try:
+        return (yield from steps)
+    finally:
+        try:
+            yield Hold(task)
+        finally:
+            task.busy = False
 
 
-async def aask(
-    config: RunnableConfig,
-    *,
-    key: str,
-    thread_id: str,
-    tool: str,
-    request: Any,
-    schema: Any,
-    record: Callable[[str], Awaitable[None]],
-    lookup: Callable[[str], Awaitable[str | None]],
-) -> Any:
-    """The async face of :func:`ask` (the calls of one task share one event loop)."""
-    task = _task(config, thread_id, tool, key)
-    if task.acond is None:
-        task.acond = asyncio.Condition()
-    cond = task.acond
-    turns = _turns(task, key=key, request=request, schema=schema, record=record, lookup=lookup)
-    reply: Any = None
-    error: BaseException | None = None
-    async with cond:
-        while True:
-            try:
-                step = turns.throw(error) if error is not None else turns.send(reply)
-            except StopIteration as done:
-                return done.value
-            except BaseException:
-                cond.notify_all()
-                raise
-            reply, error = None, None
-            if step == _WAIT:
-                await cond.wait()
-            elif isinstance(step, _Outside):
-                cond.release()
-                try:
-                    reply = await step.call(step.qkey)
-                except BaseException as exc:
-                    error = exc
-                finally:
-                    await cond.acquire()
-                    cond.notify_all()
-            else:
-                cond.notify_all()
+def _asked_about(qkey: str) -> Steps:
+    """The call key the question ``qkey`` asked about, or ``None``."""
+    record: Record | None = yield Op(StoreOp.GET, qkey)
+    if record is None or not record.done or record.payload is None:
+        return None
+    asked = json.loads(record.payload).get("key")
+    return asked if isinstance(asked, str) else None
+
+
+def _record_question(
+    qkey: str, key: str, meta: Mapping[str, str], lease_ms: int, ttl_ms: int
+) -> Steps:
+    """Record that the question ``qkey`` asks about the call ``key``. The latest question
+    at a position is the one the human sees, so an older record there goes."""
+    if (yield from _asked_about(qkey)) not in (None, key):
+        yield Op(StoreOp.DELETE, qkey)
+    payload = json.dumps({"key": key}).encode()
+    question = {**meta, "kind": "approval_question", "approval_for": key}
+    yield from write_once(qkey, payload, question, lease_ms, ttl_ms)
+
+
+def write_once(
+    key: str, payload: bytes, meta: Mapping[str, str], lease_ms: int, ttl_ms: int
+) -> Steps:
+    """Store ``payload`` under ``key`` through the ordinary claim / complete protocol,
+    unless a payload is there. Returns the stored one (``None`` when another writer holds
+    the key for an instant: its payload is the same answer)."""
+    owner = f"{random.getrandbits(96):024x}"
+    common = {"owner": owner, "fingerprint": "approval", "ttl_ms": ttl_ms, "meta": meta}
+    claim = yield Op(StoreOp.CLAIM, key, {**common, "lease_ms": lease_ms})
+    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
+        return claim.payload
+    if not claim.outcome.runs:
+        return None
+    args = {**common, "fence": claim.fence, "payload": payload, "failed": False}
+    done = yield Op(StoreOp.COMPLETE, key, args)
+    return done.payload

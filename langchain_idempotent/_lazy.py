@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any
 
-__all__ = ["EXTRAS", "exports", "load"]
+__all__ = ["EXTRAS", "exports", "load", "needs_extra"]
 
 #: Top-level distribution module -> the extra that installs it.
 EXTRAS: dict[str, str] = {
@@ -27,15 +27,24 @@ def load(package: str, module: str, name: str) -> Any:
     try:
         return getattr(import_module(f".{module}", package), name)
     except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        extra = EXTRAS.get(missing.partition(".")[0])
-        if extra is None:
+        named = needs_extra(exc, name)
+        if named is None:
             raise
-        raise ImportError(
-            f"{name} needs the {extra!r} extra ({missing} is not installed): "
-            f"pip install 'langchain-idempotent[{extra}]'",
-            name=missing,
-        ) from exc
+        raise named from exc
+
+
+def needs_extra(exc: ModuleNotFoundError, what: str) -> ImportError | None:
+    """The error to raise for ``exc`` when an extra installs the missing module: it names
+    the extra and its ``pip install`` line (``None``: no extra installs it)."""
+    missing = exc.name or ""
+    extra = EXTRAS.get(missing.partition(".")[0])
+    if extra is None:
+        return None
+    return ImportError(
+        f"{what} needs the {extra!r} extra ({missing} is not installed): "
+        f"pip install 'langchain-idempotent[{extra}]'",
+        name=missing,
+    )
 
 
 def exports(

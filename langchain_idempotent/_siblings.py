@@ -246,7 +246,7 @@ def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
                 pending.derived.fingerprint,
                 policy.lease_ms,
                 policy.ttl_ms,
-                policy.on_expired,
+                engine.on_expired,
                 pending.derived.meta,
                 bool(policy.boundary),
             )

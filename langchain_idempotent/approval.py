@@ -44,12 +44,10 @@ at a time, and which call a question asks about is recorded (a record of kind
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import random
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import (
     TYPE_CHECKING,
     Annotated,
@@ -57,7 +55,6 @@ from typing import (
     Literal,
     NotRequired,  # pydantic needs these before 3.12
     Union,
-    cast,
 )
 
 from langchain_core.messages import ToolMessage
@@ -71,20 +68,30 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from . import _asking
+from ._asking import (
+    NotInGraphError,
+    Op,
+    Steps,
+    StoreOp,
+    adrive,
+    drive,
+    task_of,
+    turns,
+    write_once,
+)
 from .keys import visible_arguments
 from .policy import InterruptMode, Policy, needs_approval
-from .record import ClaimOutcome, Record
+from .record import Record
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
     from ._call import PendingCall
     from .engine import Engine
-    from .stores.base import BaseIdempotencyStore
 
 __all__ = [
     "Decision",
+    "NotInGraphError",
     "Verdict",
     "adecide",
     "decide",
@@ -283,111 +290,41 @@ def rejection_message(tool: str, tool_call_id: str | None, decision: Decision) -
     return ToolMessage(content=content, name=tool, tool_call_id=tool_call_id or "", status="error")
 
 
-# -- the flow: steps a driver carries out ----------------------------------------------------
+# -- the flow: steps a driver carries out (:mod:`._asking`) ---------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Op:
-    """One store operation: ``store.<op>(key, **kwargs)`` (``a<op>`` when async)."""
-
-    op: Literal["get", "delete", "claim", "complete"]
-    key: str
-    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class _Ask:
-    """Interrupt with ``request`` (checked against ``schema``); reply: the answer."""
-
-    key: str
-    thread_id: str
-    tool: str
-    request: Any
-    schema: Any
-    #: What the record naming which call a question asks about is written with.
-    record: Mapping[str, Any]
-
-    def question(self) -> dict[str, Any]:
-        """The arguments of :func:`._asking.ask` / ``aask`` that say what is asked."""
-        return {
-            "key": self.key,
-            "thread_id": self.thread_id,
-            "tool": self.tool,
-            "request": self.request,
-            "schema": self.schema,
-        }
-
-
-Flow = Generator[_Op | _Ask, Any, Any]
-
-
-def flow(pending: PendingCall, policy: Policy, config: RunnableConfig) -> Flow:
+def flow(pending: PendingCall, policy: Policy, config: RunnableConfig) -> Steps:
     """Approval before the claim: a completed effect replays unasked, a stored decision
-    for these arguments is reused, otherwise the human is asked and an approve / edit
-    stored. Returns the :class:`Verdict`."""
+    for these arguments is reused, otherwise the human is asked (taking turns with the
+    task's other calls, :func:`._asking.turns`) and an approve / edit stored. Returns the
+    :class:`Verdict`."""
     info = pending.info
     if info is None or not needs_approval(policy.approval, info):
         return Verdict(pending, pending.tool_input)
     key, fingerprint = pending.derived.key, pending.derived.fingerprint
-    effect: Record | None = yield _Op("get", key)
+    effect: Record | None = yield Op(StoreOp.GET, key)
     if effect is not None and effect.done:
         return Verdict(pending, pending.tool_input)
-    decision = _stored((yield _Op("get", decision_key(key))), fingerprint)
+    decision = _stored((yield Op(StoreOp.GET, decision_key(key))), fingerprint)
     if decision is None:
-        answer = yield _Ask(
-            key,
-            info.thread_id or "",
-            pending.tool,
-            approval_request(pending, policy.interrupt_mode),
-            response_schema(pending.tool, pending.schema, policy.interrupt_mode),
-            record={
-                "meta": pending.derived.meta,
-                "lease_ms": policy.lease_ms,
-                "ttl_ms": policy.ttl_ms,
-            },
+        answer = yield from turns(
+            task_of(config, info.thread_id or "", pending.tool, key),
+            key=key,
+            request=approval_request(pending, policy.interrupt_mode),
+            schema=response_schema(pending.tool, pending.schema, policy.interrupt_mode),
+            meta=pending.derived.meta,
+            lease_ms=policy.lease_ms,
+            ttl_ms=policy.ttl_ms,
         )
         decision = parse_decision(answer, pending.tool, pending.schema)
         if decision.type != "reject":
             meta = {**pending.derived.meta, "kind": "approval", "approval_for": key}
             payload = _decision_json(decision, fingerprint)
-            kept = yield from _write_once(
+            kept = yield from write_once(
                 decision_key(key), payload, meta, policy.lease_ms, policy.ttl_ms
             )
             decision = _stored_payload(kept, fingerprint) or decision
     return _verdict(pending, decision, config, policy)
-
-
-def question_flow(step: _Ask, qkey: str) -> Flow:
-    """Record that the question ``qkey`` asks about the call ``step.key``. The latest
-    question at a position is the one the human sees, so an older record there goes."""
-    meta = {**step.record["meta"], "kind": "approval_question", "approval_for": step.key}
-    if asked_about((yield _Op("get", qkey))) not in (None, step.key):
-        yield _Op("delete", qkey)
-    payload = json.dumps({"key": step.key}).encode()
-    yield from _write_once(qkey, payload, meta, step.record["lease_ms"], step.record["ttl_ms"])
-
-
-def lookup_flow(qkey: str) -> Flow:
-    """The call key the question ``qkey`` asked about, or ``None``."""
-    return asked_about((yield _Op("get", qkey)))
-
-
-def _write_once(
-    key: str, payload: bytes, meta: Mapping[str, str], lease_ms: int, ttl_ms: int
-) -> Flow:
-    """Store ``payload`` under ``key`` through the ordinary claim / complete protocol,
-    unless a payload is there. Returns the stored one (``None`` when another writer holds
-    the key for an instant: its payload is the same answer)."""
-    owner = f"{random.getrandbits(96):024x}"
-    common = {"owner": owner, "fingerprint": "approval", "ttl_ms": ttl_ms, "meta": meta}
-    claim = yield _Op("claim", key, {**common, "lease_ms": lease_ms})
-    if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
-        return claim.payload
-    if not claim.outcome.runs:
-        return None
-    args = {**common, "fence": claim.fence, "payload": payload, "failed": False}
-    done = yield _Op("complete", key, args)
-    return done.payload
 
 
 def _verdict(
@@ -446,22 +383,14 @@ def _stored(record: Record | None, fingerprint: str) -> Decision | None:
     return _stored_payload(record.payload, fingerprint)
 
 
-def asked_about(record: Record | None) -> str | None:
-    """The call key a question record names, or ``None``."""
-    if record is None or not record.done or record.payload is None:
-        return None
-    key = json.loads(record.payload).get("key")
-    return key if isinstance(key, str) else None
-
-
-# -- the two drivers -----------------------------------------------------------------------
+# -- run on the engine's store, by the two drivers of :mod:`._asking` ---------------------
 
 
 def decide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
     """Run :func:`flow` on ``engine``'s store (sync)."""
     if engine.policy.approval is False:  # what flow answers, without starting it
         return Verdict(pending, pending.tool_input)
-    result: Verdict = _drive(flow(pending, engine.policy, config), engine.store, config)
+    result: Verdict = drive(flow(pending, engine.policy, config), engine.store)
     return result
 
 
@@ -469,52 +398,5 @@ async def adecide(pending: PendingCall, engine: Engine, config: RunnableConfig) 
     """Run :func:`flow` on ``engine``'s store (async)."""
     if engine.policy.approval is False:
         return Verdict(pending, pending.tool_input)
-    result: Verdict = await _adrive(flow(pending, engine.policy, config), engine.store, config)
+    result: Verdict = await adrive(flow(pending, engine.policy, config), engine.store)
     return result
-
-
-def _drive(steps: Flow, store: BaseIdempotencyStore, config: RunnableConfig) -> Any:
-    reply: Any = None
-    try:
-        while True:
-            step = steps.send(reply)
-            if isinstance(step, _Op):
-                reply = getattr(store, step.op)(step.key, **step.kwargs)
-                continue
-            reply = _asking.ask(
-                config,
-                **step.question(),
-                record=partial(_record, step, store, config),
-                lookup=lambda q: _drive(lookup_flow(q), store, config),
-            )
-    except StopIteration as done:
-        return done.value
-
-
-def _record(step: _Ask, store: BaseIdempotencyStore, config: RunnableConfig, qkey: str) -> None:
-    _drive(question_flow(step, qkey), store, config)
-
-
-async def _adrive(steps: Flow, store: BaseIdempotencyStore, config: RunnableConfig) -> Any:
-    reply: Any = None
-    try:
-        while True:
-            step = steps.send(reply)
-            if isinstance(step, _Op):
-                reply = await getattr(store, "a" + step.op)(step.key, **step.kwargs)
-                continue
-
-            async def record(q: str, s: _Ask = step) -> None:
-                await _adrive(question_flow(s, q), store, config)
-
-            async def lookup(q: str) -> str | None:
-                return cast(str | None, await _adrive(lookup_flow(q), store, config))
-
-            reply = await _asking.aask(
-                config,
-                **step.question(),
-                record=record,
-                lookup=lookup,
-            )
-    except StopIteration as done:
-        return done.value

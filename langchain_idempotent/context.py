@@ -134,17 +134,17 @@ class SideEffect:
 
     def _open(self) -> bool:
         """Check the block may open; ``True`` when the store must be marked."""
-        from .errors import IdempotencyError
+        from .errors import SideEffectMisuseError
 
         gate, ctx = self._ctx._boundary, self._ctx
         if gate.inside:
-            raise IdempotencyError(
+            raise SideEffectMisuseError(
                 "side_effect() is already open in this run: blocks do not nest; mark the "
                 "external call once, around the call itself",
                 key=ctx.key,
             )
         if gate.failed is not None:
-            raise IdempotencyError(
+            raise SideEffectMisuseError(
                 f"side_effect() entered again in tool {gate.tool!r} after its block raised "
                 f"{gate.failed} in this run: that effect may have happened, and sending it "
                 "again from inside the same run would be a blind re-run. Let the exception "
@@ -154,7 +154,7 @@ class SideEffect:
                 key=ctx.key,
             )
         if not gate.declared and ctx.protected:
-            raise IdempotencyError(
+            raise SideEffectMisuseError(
                 f"side_effect() used in tool {gate.tool!r}, which does not declare "
                 "boundary=True: pass boundary=True to idempotent() (or to the middleware's "
                 "per-tool options) so a takeover can tell a crash before the block from one "
@@ -261,16 +261,16 @@ def side_effect() -> SideEffect:
     idempotent call (or in an ``effect="read"`` tool, which has no record to mark)."""
     ctx = _current.get()
     if ctx is None:
-        from .errors import IdempotencyError
+        from .errors import SideEffectMisuseError
 
         read = _passthrough.get()
         if read is not None:
-            raise IdempotencyError(
+            raise SideEffectMisuseError(
                 f"side_effect() used in tool {read!r}, declared effect='read': a read has no "
                 "side effect to mark; declare another effect class (e.g. 'keyed') instead",
                 key=None,
             )
-        raise IdempotencyError(
+        raise SideEffectMisuseError(
             "side_effect() used outside an idempotent tool call: wrap the tool with "
             "idempotent(...) (or IdempotencyMiddleware) and call it from inside the tool",
             key=None,

@@ -78,7 +78,7 @@ from .events import EventCounter, EventHook
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
 from .reconcile import reconciler_for
-from .record import Claim, abandon_kwargs
+from .record import Claim, ExpiredPolicy, abandon_kwargs
 from .serde import ResultSerializer
 from .stores.base import BaseIdempotencyStore
 
@@ -156,7 +156,10 @@ class Engine(Flow):
                 f"SqliteIdempotencyStore, RedisIdempotencyStore), got {type(store).__name__}"
             )
         self.store = store
-        self.policy = policy or Policy()
+        #: As given (its per-tool ``effect`` dict, options left ``None``), for :meth:`for_tool`.
+        self._given = policy or Policy()
+        #: The values this engine's calls use (:meth:`Policy.for_tool`).
+        self.policy = self._given.for_tool(None)
         if self.policy.transactional:
             _transactional.check_store(store)
         self.serializer = serializer or ResultSerializer(
@@ -169,10 +172,12 @@ class Engine(Flow):
         # Read once: the policy is frozen, and every claim passes the same settings.
         self._lease_ms = self.policy.lease_ms
         self._ttl_ms = self.policy.ttl_ms
+        #: ``policy.on_expired``, never ``None`` here (:meth:`Policy.for_tool` filled it).
+        self.on_expired: ExpiredPolicy = self.policy.on_expired or "takeover"
         self._claim_settings: dict[str, Any] = {
             "lease_ms": self._lease_ms,
             "ttl_ms": self._ttl_ms,
-            "on_expired": self.policy.on_expired,
+            "on_expired": self.on_expired,
             **_BOUNDARY[self.policy.boundary],
         }
 
@@ -186,19 +191,20 @@ class Engine(Flow):
         """The engine for one tool: this one, or (when the policy gives the tool an effect
         class, :meth:`Policy.for_tool`) a sibling on the same store, serializer, hooks and
         counters with that tool's policy."""
-        policy = self.policy.for_tool(tool)
-        if policy is self.policy:
-            return self
         sibling = self._tools.get(tool)
         if sibling is None:
-            sibling = Engine(
-                self.store,
-                policy,
-                serializer=self.serializer,
-                on_event=self.on_event,
-                never_terminal=self.never_terminal,
-            )
-            sibling._counter = self._counter
+            policy = self._given.for_tool(tool)
+            if policy == self.policy:
+                sibling = self
+            else:
+                sibling = Engine(
+                    self.store,
+                    policy,
+                    serializer=self.serializer,
+                    on_event=self.on_event,
+                    never_terminal=self.never_terminal,
+                )
+                sibling._counter = self._counter
             self._tools[tool] = sibling
         return sibling
 

@@ -9,11 +9,22 @@ could be derived) and says what to do next::
     ├── LeaseLostError           the lease expired or was taken over while the tool ran
     ├── StoreUnavailableError    the store could not be reached (fail closed)
     ├── MissingScopeError        no thread id / scope to derive a key from
+    │   └── GraphMissingScopeError   the same inside a graph, re-raised past ToolNode's error
+    │                                handling (``_compat``; also a ``GraphBubbleUp``)
     ├── OutcomeUnknownError      an expired lease left no result; an operator must resolve it
     ├── InvalidArgumentsError    the arguments cannot be canonicalised (NaN, not JSON-able, ...)
     ├── UnstorableResultError    the tool ran but its result would not replay as itself
     │   └── ResultTooLargeError  the result exceeds ``max_result_bytes``
-    └── CorruptRecordError       a stored record cannot be decoded (never executed)
+    ├── CorruptRecordError       a stored record cannot be decoded (never executed)
+    ├── SideEffectMisuseError    ``side_effect()`` outside a call, nested, in a read tool, or in
+    │                            a tool without ``boundary=True``
+    ├── NotInGraphError          approval asked outside a LangGraph graph run (``_asking``)
+    └── RemoteRunError           a remote agent's run ended without success (``remote``)
+
+The last three are for code that uses those features, and live outside the package face:
+``from langchain_idempotent.errors import SideEffectMisuseError``,
+``langchain_idempotent.approval.NotInGraphError`` and
+``langchain_idempotent.remote.RemoteRunError``.
 
 Expected "no" answers of the store protocol (busy, mismatch, replay) are return values
 inside the engine; these exceptions reach the caller only when the engine gives up.
@@ -31,6 +42,7 @@ __all__ = [
     "OutcomeUnknownError",
     "PayloadMismatchError",
     "ResultTooLargeError",
+    "SideEffectMisuseError",
     "StoreUnavailableError",
     "UnstorableResultError",
 ]
@@ -103,3 +115,9 @@ class ResultTooLargeError(UnstorableResultError):
 
 class CorruptRecordError(IdempotencyError):
     """A stored record could not be decoded; it was refused, never executed."""
+
+
+class SideEffectMisuseError(IdempotencyError, RuntimeError):
+    """``side_effect()`` was used where it cannot mark anything: outside an idempotent
+    call, nested in another block of the same run, in an ``effect="read"`` tool, or in a
+    tool that does not declare ``boundary=True``. A programming error; nothing ran."""

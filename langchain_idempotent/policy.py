@@ -36,6 +36,7 @@ __all__ = [
     "Policy",
     "PolicyOptions",
     "needs_approval",
+    "preset",
 ]
 
 #: Field metadata for options that only code can give (types, not strings).
@@ -61,8 +62,10 @@ InterruptMode = Literal["batched", "per_call"]
 _INTERRUPT_MODES = ("batched", "per_call")
 
 
-def needs_approval(setting: ApprovalSetting, info: CallInfo) -> bool:
-    """Whether ``info`` asks a human under ``setting``."""
+def needs_approval(setting: ApprovalSetting | None, info: CallInfo) -> bool:
+    """Whether ``info`` asks a human under ``setting`` (``None``: not given, never)."""
+    if setting is None:
+        return False
     if isinstance(setting, Mapping):
         setting = setting.get(info.tool, False)
     if isinstance(setting, bool):
@@ -74,7 +77,7 @@ def _check_approval(setting: object, mode: object) -> None:
     """A clear error for an approval setting that is not a bool, a function or a mapping
     of tool names to those, and for an unknown ``interrupt_mode``."""
     values = setting.items() if isinstance(setting, Mapping) else [("approval", setting)]
-    for name, value in values:
+    for name, value in values if setting is not None else ():
         if not isinstance(name, str) or (not isinstance(value, bool) and not callable(value)):
             raise TypeError(
                 "approval must be True, False, a function of the call (CallInfo -> bool), or "
@@ -99,7 +102,9 @@ class Policy:
     wait_timeout: float | timedelta | None = 60.0
     #: An expired lease with no result: ``"takeover"`` re-runs with the same key passed
     #: downstream; ``"raise"`` raises ``OutcomeUnknownError`` and leaves the record.
-    on_expired: ExpiredPolicy = "takeover"
+    #: ``None`` (not given): the effect class's preset, else ``"takeover"``
+    #: (:meth:`for_tool` gives the value a call uses).
+    on_expired: ExpiredPolicy | None = None
     #: Run the tool unprotected when the store is unreachable (default: fail closed).
     fail_open: bool = False
     #: Exceptions that are final: stored as a failed record and re-raised on replay.
@@ -122,7 +127,8 @@ class Policy:
     transactional: bool = field(default=False, metadata=_CODE_ONLY)
     #: Ask a human before a new effect (see :mod:`.approval`): ``True``, a predicate of the
     #: call, or a dict of tool names to those. Completed effects replay without asking.
-    approval: ApprovalSetting = field(default=False, metadata=_CODE_ONLY)
+    #: ``None`` (not given): the effect class's preset, else ``False``.
+    approval: ApprovalSetting | None = field(default=None, metadata=_CODE_ONLY)
     #: The format approval asks in: ``"batched"`` (LangChain's ``HITLRequest``, one call per
     #: request) or ``"per_call"`` (a ``ToolApprovalRequest`` whose ``response_schema``
     #: LangGraph checks before it saves the answer).
@@ -145,8 +151,8 @@ class Policy:
     #: the key is abandoned and the next claim reconciles (docs/effects.md).
     not_sent: tuple[type[Exception], ...] = field(default=(), metadata=_CODE_ONLY)
     #: The tool's effect class (:data:`EffectClass`), or a dict of tool names to classes:
-    #: a preset of ``on_expired`` and ``approval`` (options given explicitly win). Resolved
-    #: per tool by :meth:`for_tool`.
+    #: a preset of ``on_expired`` and ``approval``, for those left ``None`` (options given
+    #: win). Resolved per tool by :meth:`for_tool`.
     effect: EffectClass | Mapping[str, EffectClass] | None = field(
         default=None, metadata=_CODE_ONLY
     )
@@ -163,8 +169,6 @@ class Policy:
     ttl_s: float = field(init=False, repr=False)
     #: ``wait_timeout`` in seconds; ``math.inf`` for ``wait_timeout=None``.
     wait_timeout_s: float = field(init=False, repr=False)
-    _explicit: frozenset[str] = field(init=False, repr=False, compare=False)
-    _resolved: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lease_s = to_seconds(self.lease, "lease")
@@ -184,7 +188,7 @@ class Policy:
                 f"outlive the lease that protects it. Pass a longer ttl= (e.g. ttl={lease_s:g}) "
                 f"or a shorter lease= (e.g. lease={ttl_s:g})"
             )
-        if self.on_expired not in ("takeover", "raise"):
+        if self.on_expired not in ("takeover", "raise", None):
             raise ValueError(f"on_expired must be 'takeover' or 'raise', got {self.on_expired!r}")
         if not 0 < self.renew_fraction < 1:
             raise ValueError("renew_fraction must be between 0 and 1")
@@ -214,7 +218,6 @@ class Policy:
             )
         _check_approval(self.approval, self.interrupt_mode)
         check_reconcile(self.reconcile)
-        object.__setattr__(self, "_explicit", _not_default(self))
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
         object.__setattr__(self, "not_sent", _exception_classes(self.not_sent, "not_sent"))
@@ -236,39 +239,29 @@ class Policy:
                 f"unknown idempotency option(s) {', '.join(unknown)}; "
                 f"known options: {', '.join(option_names())}"
             )
-        if not options:
-            return self
-        explicit = self._explicit | frozenset(options)
-        new = dataclasses.replace(self, **options)
-        object.__setattr__(new, "_explicit", explicit)
-        return new
+        return dataclasses.replace(self, **options) if options else self
 
     @property
     def effect_class(self) -> EffectClass | None:
         """The effect class of a policy resolved by :meth:`for_tool` (``None``: none)."""
         return self.effect if isinstance(self.effect, str) else None
 
-    def for_tool(self, tool: str) -> Policy:
-        """This policy for one tool: its effect class (the one class, or its entry in the
-        dict) applied as a preset under the options given explicitly."""
-        chosen = self.effect.get(tool) if isinstance(self.effect, Mapping) else self.effect
-        if chosen is None and self.effect is None:
-            return self
-        if self.effect == chosen and self._resolved:
-            return self
-        hook = reconciler_for(self.reconcile, tool)
-        presets: dict[str | None, dict[str, Any]] = {
-            None: {},
-            "read": {},
-            "keyed": {"on_expired": "takeover"},
-            "unsafe": {"on_expired": "takeover" if hook is not None else "raise"},
-            "irreversible": {"approval": True, "on_expired": "raise"},
+    def for_tool(self, tool: str | None) -> Policy:
+        """This policy for one tool (``None``: a call of no named tool): its effect class
+        (the one class, or its entry in the dict), and the class's preset
+        (:func:`preset`) for each of ``on_expired`` and ``approval`` left ``None``. The
+        result holds the values a call uses; it is its own ``for_tool``."""
+        effect = self.effect
+        chosen = effect.get(tool or "") if isinstance(effect, Mapping) else effect
+        reconciled = reconciler_for(self.reconcile, tool) is not None
+        unset = {
+            name: value
+            for name, value in preset(chosen, reconciled=reconciled).items()
+            if getattr(self, name) is None
         }
-        chosen_options = {k: v for k, v in presets[chosen].items() if k not in self._explicit}
-        new = dataclasses.replace(self, effect=chosen, **chosen_options)
-        object.__setattr__(new, "_explicit", self._explicit)
-        object.__setattr__(new, "_resolved", True)
-        return new
+        if chosen == effect and not unset:
+            return self
+        return dataclasses.replace(self, effect=chosen, **unset)
 
     @classmethod
     def from_env(
@@ -309,7 +302,7 @@ class PolicyOptions(TypedDict, total=False):
     lease: float | timedelta
     ttl: float | timedelta
     wait_timeout: float | timedelta | None
-    on_expired: ExpiredPolicy
+    on_expired: ExpiredPolicy | None
     fail_open: bool
     terminal_exceptions: tuple[type[BaseException], ...]
     allowed_types: tuple[type | tuple[str, str], ...]
@@ -318,7 +311,7 @@ class PolicyOptions(TypedDict, total=False):
     namespace: str
     scope: Scope | KeyFunction
     transactional: bool
-    approval: ApprovalSetting
+    approval: ApprovalSetting | None
     interrupt_mode: InterruptMode
     reconcile: ReconcileOption | None
     boundary: bool
@@ -328,15 +321,15 @@ class PolicyOptions(TypedDict, total=False):
     on_fork: Literal["replay", "run"]
 
 
-def _not_default(policy: Policy) -> frozenset[str]:
-    """The options given explicitly, as far as a constructed policy can tell (they win
-    over an effect class's preset): those that differ from their defaults.
-    :meth:`Policy.with_options` adds every name it was given."""
-    return frozenset(
-        f.name
-        for f in dataclasses.fields(policy)
-        if f.init and f.default is not dataclasses.MISSING and getattr(policy, f.name) != f.default
-    )
+def preset(effect: EffectClass | None, *, reconciled: bool) -> dict[str, Any]:
+    """What an effect class sets ``on_expired`` and ``approval`` to when they are not given
+    (``None``: no class). ``reconciled``: the tool has a ``reconcile=`` hook, so an
+    ``"unsafe"`` takeover can ask it instead of raising. A pure table (docs/effects.md)."""
+    if effect == "irreversible":
+        return {"on_expired": "raise", "approval": True}
+    if effect == "unsafe" and not reconciled:
+        return {"on_expired": "raise", "approval": False}
+    return {"on_expired": "takeover", "approval": False}
 
 
 def _check_effect(effect: object) -> None:

@@ -653,6 +653,12 @@ def test_doctor_reports_a_sqlite_file(tmp_path: Path, capsys: pytest.CaptureFixt
     code, out, err = run(capsys, "doctor", "--url", f"sqlite:///{missing}")
     assert code == 1 and "does not exist yet" in out and "no SQLite database at" in err
     assert not missing.exists()
+    # The verdict agrees with the exit status: it does not end on "no risk found" alone.
+    assert out.rstrip().splitlines()[-1] == (
+        "no risk(s) seen, but no records here to check (exit status 1)"
+    )
+    code, out, _ = run(capsys, "doctor", "--url", f"sqlite:///{missing}", "--json")
+    assert code == 1 and "no SQLite database at" in json.loads(out)["nothing_there"]
 
 
 def test_doctor_reports_postgres_durability_settings_table_and_expired_rows(
@@ -1137,3 +1143,41 @@ def test_help_imports_nothing_outside_the_standard_library() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_cli_package_imports_form_no_circle() -> None:
+    """Each command module imports what it shares from ``cli._common``, never the package
+    face that imports it back (every import counts, also those inside functions)."""
+    import grimp
+
+    graph = grimp.build_graph("langchain_idempotent", cache_dir=None)
+    package = "langchain_idempotent.cli"
+    modules = {m for m in graph.modules if m == package or m.startswith(package + ".")}
+    edges = {
+        m: {n for n in graph.find_modules_directly_imported_by(m) if n in modules} for m in modules
+    }
+    circles = []
+    for start in sorted(modules):
+        for target in sorted(edges[start]):
+            chain = graph.find_shortest_chain(importer=target, imported=start)
+            if chain is not None and set(chain) <= modules:
+                circles.append((start, *chain))
+    assert circles == [], f"import circles inside cli/: {circles}"
+
+
+@pytest.mark.parametrize("missing", ["psycopg", "psycopg_pool"])
+def test_a_postgres_url_without_the_postgres_extra_names_the_extra(missing: str) -> None:
+    """As the Python API does (``_lazy``): the CLI names the extra to install, not the
+    module. The module is hidden in a fresh interpreter (``None`` in ``sys.modules``)."""
+    script = (
+        "import sys\n"
+        f"sys.modules[{missing!r}] = None\n"
+        "from langchain_idempotent.cli import main\n"
+        "sys.exit(main(['ls', '--url', 'postgresql://127.0.0.1:1/app']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'langchain-idempotent[postgres]'" in done.stderr, done.stderr
+    assert f"({missing} is not installed)" in done.stderr

@@ -64,3 +64,35 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert (tmp_path / "site" / "concepts" / "index.html").exists()
+
+
+@pytest.mark.parametrize("page", ["multi-agent.md", "mcp.md"])
+def test_every_python_block_runs_or_first_says_what_it_needs(page: str) -> None:
+    """A snippet a newcomer pastes either runs as printed (``<!-- run -->``, executed above)
+    or opens with a comment naming what it needs from elsewhere."""
+    text = (DOCS / page).read_text()
+    fragments = [
+        text.count("\n", 0, m.start()) + 1
+        for m in re.finditer(r"^(?P<mark>.*)\n```python\n(?P<first>.*)$", text, re.M)
+        if m.group("mark") != "<!-- run -->" and not m.group("first").startswith("# ")
+    ]
+    assert fragments == [], f"docs/{page}: python blocks neither run nor say what they need"
+
+
+def test_the_module_map_names_every_module_of_the_package() -> None:
+    """docs/development.md's map stays the layout: every root module and every cli/ and
+    stores/ module by name, every other subpackage by its folder."""
+    text = section("development.md", "Module map")
+    package = ROOT / "langchain_idempotent"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).parts
+        if len(parts) == 1:
+            wanted = parts[0]
+        elif parts[0] in ("cli", "stores") and len(parts) == 2:
+            wanted = "/".join(parts)
+        else:
+            wanted = "/".join(parts[:-1]) + "/"
+        if f"`{wanted}`" not in text and f"`{wanted}" not in text:
+            missing.append(wanted)
+    assert not missing, f"docs/development.md's module map leaves out {sorted(set(missing))}"

@@ -4,6 +4,9 @@ the key they show is the one the library stores."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,3 +112,23 @@ def test_the_explain_command_refuses_arguments_that_are_not_a_json_object(
     assert "not JSON" in capsys.readouterr().err
     assert main(["explain", "--tool", "t"]) == 2  # no thread: nothing to make a key from
     assert "thread id" in capsys.readouterr().err
+
+
+def test_the_explain_example_of_the_docs_matches_its_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/multi-agent.md's shell example, run as printed: its --key (an 8-character
+    prefix) is the key those parts make; a wrong prefix differs, a too short one is refused."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "multi-agent.md").read_text()
+    command = re.search(r"```bash\n(langchain-idempotent explain .*?)```", page, re.S)
+    assert command, "docs/multi-agent.md has no explain example"
+    argv = shlex.split(command.group(1).replace("\\\n", " "))[1:]
+    code, out = cli(*argv[1:], capsys=capsys)
+    assert code == 0 and "--key matches" in out, out
+    key = argv[argv.index("--key") + 1]
+    assert len(key) == 8
+    wrong = [*argv[1:-1], "0" * 8 if key != "0" * 8 else "1" * 8]
+    code, out = cli(*wrong, capsys=capsys)
+    assert code == 1 and "differs" in out
+    assert main(["explain", *argv[1:-1], key[:7]]) == 2
+    assert "at least its first 8 characters" in capsys.readouterr().err

@@ -27,6 +27,10 @@ def test_the_quickstart_runs_as_printed_and_its_retry_pays_once(tmp_path: Path) 
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
+    # It says what it proved: one refund, and the key the provider was handed.
+    said = done.stdout.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("refunds sent: 1 for a node run twice"), said
+    assert re.search(r"the provider saw key \S{16,}$", said[0]), said
     # ...and the same script with the tools left unwrapped pays twice: the assert fails.
     plain = code.group(1).replace(
         "tools = idempotent([issue_refund, notify_customer], store=InMemoryIdempotencyStore())",

@@ -33,7 +33,11 @@ def ping(x: int) -> int:
 def test_policy_defaults_are_production_defaults() -> None:
     p = Policy()
     assert p.lease_s == 30 and p.ttl_s == 86400 and p.wait_timeout_s == 60
-    assert p.on_expired == "takeover" and p.fail_open is False and p.scope == "thread"
+    assert p.fail_open is False and p.scope == "thread"
+    # on_expired and approval are left None (not given): an effect class's preset fills
+    # them, else the defaults a call uses, "takeover" and no approval.
+    assert p.on_expired is None and p.approval is None
+    assert p.for_tool(None).on_expired == "takeover" and p.for_tool(None).approval is False
 
 
 def test_durations_accept_seconds_or_timedelta() -> None:
@@ -86,7 +90,7 @@ def test_policy_options_are_the_fields_of_the_policy_with_the_same_types() -> No
 def test_options_win_over_a_whole_policy() -> None:
     base = Policy(lease=5, namespace="billing")
     wrapped = idempotent(ping, InMemoryIdempotencyStore(), policy=base, wait_timeout=3)
-    assert wrapped.policy == Policy(lease=5, namespace="billing", wait_timeout=3)
+    assert wrapped.policy == Policy(lease=5, namespace="billing", wait_timeout=3).for_tool("ping")
     with pytest.raises(TypeError, match="policy must be a Policy"):
         idempotent(ping, InMemoryIdempotencyStore(), policy={"lease": 5})  # type: ignore[call-overload]
 
@@ -96,9 +100,9 @@ def test_the_environment_is_read_only_when_asked(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("IDEMPOTENCY_NAMESPACE", "billing")
     monkeypatch.setenv("IDEMPOTENCY_ON_EXPIRED", "raise")
     # idempotent() and the middleware never read it ...
-    assert idempotent(ping, InMemoryIdempotencyStore()).policy == Policy()
+    assert idempotent(ping, InMemoryIdempotencyStore()).policy == Policy().for_tool("ping")
     middleware = IdempotencyMiddleware(InMemoryIdempotencyStore(), tools=["ping"])
-    assert middleware.engine.policy == Policy()
+    assert middleware.engine.policy == Policy().for_tool(None)
     # ... Policy.from_env() does, and options given in code win over it.
     wrapped = idempotent(ping, InMemoryIdempotencyStore(), policy=Policy.from_env(), wait_timeout=3)
     assert wrapped.policy.lease_s == 12 and wrapped.policy.namespace == "billing"

@@ -13,10 +13,16 @@ import asyncio
 from typing import Any
 
 import pytest
+from langchain_core.tools import tool
 
-from langchain_idempotent import Engine, InMemoryIdempotencyStore, Policy
+from langchain_idempotent import Engine, InMemoryIdempotencyStore, Policy, idempotent
 from langchain_idempotent.context import get_idempotency_context, side_effect
-from langchain_idempotent.errors import IdempotencyError, LeaseLostError, OutcomeUnknownError
+from langchain_idempotent.errors import (
+    IdempotencyError,
+    LeaseLostError,
+    OutcomeUnknownError,
+    SideEffectMisuseError,
+)
 from langchain_idempotent.events import IdempotencyEvent
 from langchain_idempotent.reconcile import ReconcileCall
 from langchain_idempotent.testing import FakeClock
@@ -172,9 +178,11 @@ def test_async_tools_mark_with_async_with() -> None:
     assert w.effects == ["refund"] and w.store.get("k").effect == "entered"  # type: ignore[union-attr]
 
 
-def test_side_effect_is_refused_outside_a_call_nested_or_undeclared() -> None:
-    with pytest.raises(IdempotencyError, match="outside an idempotent tool call"), side_effect():
-        pass
+def test_side_effect_is_refused_outside_a_call_nested_undeclared_or_in_a_read_tool() -> None:
+    """Each refusal is a ``SideEffectMisuseError`` (an ``IdempotencyError``) naming the misuse."""
+    assert issubclass(SideEffectMisuseError, IdempotencyError)
+    with pytest.raises(SideEffectMisuseError, match="outside an idempotent tool call"):
+        side_effect()
     w = World()
 
     def nested() -> str:
@@ -182,15 +190,24 @@ def test_side_effect_is_refused_outside_a_call_nested_or_undeclared() -> None:
             w.effects.append("refund")
         return "ok"
 
-    with pytest.raises(IdempotencyError, match="do not nest"):
+    with pytest.raises(SideEffectMisuseError, match="do not nest"):
         w.engine(boundary=True).run("n", fingerprint="fp", action=nested)
-    with pytest.raises(IdempotencyError, match="boundary=True"):
+    with pytest.raises(SideEffectMisuseError, match="boundary=True"):
         w.engine().run("u", fingerprint="fp", action=lambda: w.refund(True))
     assert w.effects == []
     # The outer block was entered (and marked) before the inner one was refused; the
     # undeclared tool's block marked nothing.
     assert w.store.get("n").effect == "entered"  # type: ignore[union-attr]
     assert w.store.get("u").effect == "unmarked"  # type: ignore[union-attr]
+
+    @tool
+    def peek(invoice: str) -> str:
+        """Read something."""
+        with side_effect():
+            return invoice
+
+    with pytest.raises(SideEffectMisuseError, match="declared effect='read'"):
+        idempotent(peek, InMemoryIdempotencyStore(), effect="read").invoke({"invoice": "A"})
 
 
 def test_boundary_must_be_a_bool() -> None:

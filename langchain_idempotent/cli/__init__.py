@@ -45,30 +45,28 @@ Exit status: 0 done; 1 the store could not be reached, holds nothing where it wa
 command does not apply to, or the operator declined; 2 bad arguments; 3 ``doctor
 --strict`` found a risk.
 
-The package: this module (``main``, the argument parser, confirmation and redaction),
-:mod:`.records` (``ls``, ``show``, ``purge``, ``delete``, ``resolve``), :mod:`.doctor` and
-:mod:`.explain` (``explain``: the parts of a key; needs no store).
+The package: this module (``main``, the argument parser), :mod:`._common` (what the
+commands share: confirmation, redaction, hints, "nothing there"), :mod:`.records` (``ls``,
+``show``, ``purge``, ``delete``, ``resolve``), :mod:`.doctor` and :mod:`.explain`
+(``explain``: the parts of a key; needs no store). Each imports :mod:`._common`, never
+this module, so the package has no import circle.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from .._durations import to_seconds
+from ._common import PROG, Refused, nothing_there, redact
 
 if TYPE_CHECKING:
     from ..settings import IdempotencySettings
-    from ..stores.base import BaseIdempotencyStore
 
 __all__ = ["main"]
-
-PROG = "langchain-idempotent"
 
 #: The schemes named in ``--url``'s help (a test checks them against ``parse_store_url``).
 URL_HELP = (
@@ -76,14 +74,6 @@ URL_HELP = (
     "sqlite:///path.db, postgresql://…, postgres://… or memory:// (default: "
     "$IDEMPOTENCY_STORE_URL, $IDEMPOTENCY_REDIS_URL, $REDIS_URL, $IDEMPOTENCY_SQLITE_PATH)"
 )
-
-
-class _Refused(Exception):
-    """The command cannot go on; the message says why (exit status 1, or ``code``)."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # -- entry point ------------------------------------------------------------------------
@@ -147,63 +137,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Before anything reads: a read of a missing table or file would create it.
             missing = nothing_there(store)
             if missing is not None:
-                raise _Refused(missing)
+                raise Refused(missing)
         return commands[args.command](args, store=store, url=url, settings=settings, out=out)
-    except _Refused as exc:
+    except Refused as exc:
         print(f"{PROG}: {exc}", file=err)
         return exc.code
     except CorruptRecordError as exc:
         print(f"{PROG}: corrupt record: {exc}", file=err)
         return 1
     except (IdempotencyError, OSError) as exc:  # the store's errors, as it translates them
-        print(f"{PROG}: error: cannot use the store at {_redact(url)}: {exc}", file=err)
+        print(f"{PROG}: error: cannot use the store at {redact(url)}: {exc}", file=err)
         return 1
     finally:
         store.close()
-
-
-def nothing_there(store: BaseIdempotencyStore) -> str | None:
-    """Why the place ``store`` names holds no records, or ``None`` when it may: no SQLite
-    file, no PostgreSQL table, no record under the Redis key prefix. Creates nothing."""
-    from ..stores.sqlite import SqliteIdempotencyStore
-
-    if isinstance(store, SqliteIdempotencyStore):
-        if os.path.exists(store.path):
-            return None
-        return (
-            f"no SQLite database at {store.path}; check --url (sqlite:///relative.db, "
-            "sqlite:////absolute/path.db)"
-        )
-    if type(store).__name__ == "PostgresIdempotencyStore":
-        facts = store.describe()
-        if facts["has_table"]:
-            return None
-        others = ", ".join(facts.get("tables_set_up") or []) or "none"
-        return (
-            f"no table {facts['table']!r} in database {facts['database']!r}: nothing was "
-            "created. The table is table= in code; pass it as --table NAME or "
-            f"?table=NAME in the URL (tables set up in this database: {others})"
-        )
-    prefix = getattr(store, "prefix", None)  # RedisIdempotencyStore
-    if isinstance(prefix, str) and not store.list(limit=1):
-        return (
-            f"no records under the key prefix {prefix!r}: the prefix is prefix= in code; "
-            "pass it as --prefix PREFIX or set IDEMPOTENCY_REDIS_PREFIX"
-        )
-    return None
-
-
-def again(args: argparse.Namespace, *command: str) -> str:
-    """``langchain-idempotent COMMAND...`` with the store options this run was given, so a
-    hint can be pasted as it is (a password in ``--url`` shows as ``***``)."""
-    words = [PROG, *command]
-    if args.url:
-        words += ["--url", _redact(args.url)]
-    if args.prefix is not None:
-        words += ["--prefix", args.prefix]
-    if args.table is not None:
-        words += ["--table", args.table]
-    return shlex.join(words)
 
 
 def _url_from_env(settings: IdempotencySettings) -> str:
@@ -319,32 +265,3 @@ def _non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
     return text
-
-
-# -- shared by the commands ---------------------------------------------------------------
-
-
-def _confirm(question: str, *, yes: bool) -> None:
-    """Go on only with ``--yes`` or a "y" typed on a terminal."""
-    if yes:
-        return
-    stdin = sys.stdin
-    if stdin is None or stdin.closed or not stdin.isatty():
-        raise _Refused(
-            f"{question}\nnot confirmed: standard input is not a terminal; add --yes to "
-            "confirm from a script",
-        )
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    answer = stdin.readline().strip().lower()
-    if answer not in ("y", "yes"):
-        raise _Refused("aborted: nothing was changed")
-
-
-def _redact(url: str) -> str:
-    """The URL without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))

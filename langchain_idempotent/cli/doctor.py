@@ -57,7 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from . import PROG, _redact, nothing_there
+from ._common import PROG, nothing_there, redact
 
 if TYPE_CHECKING:
     from ..stores.base import BaseIdempotencyStore
@@ -432,29 +432,30 @@ def run(
     """``langchain-idempotent doctor``: print the report; 3 under ``--strict`` with a risk,
     else 1 when the place the URL names holds nothing (no file, table or key prefix)."""
     report = diagnose(store, pings=args.pings)
+    missing = nothing_there(store)  # doctor reads only: nothing is created to look at
     if args.json:
         doc = {
-            "url": _redact(url),
+            "url": redact(url),
             "kind": report.kind,
             "facts": report.facts,
             "findings": [
                 {"level": f.level, "topic": f.topic, "message": f.message} for f in report.findings
             ],
+            "nothing_there": missing,
         }
         print(json.dumps(doc, indent=2), file=out)
     else:
-        _print_report(report, url, out)
+        _print_report(report, url, out, empty=missing is not None)
     if args.strict and report.risks:
         return 3
-    missing = nothing_there(store)
-    if missing is not None:  # doctor reads only: nothing was created to look at
+    if missing is not None:
         print(f"{PROG}: {missing}", file=sys.stderr)
         return 1
     return 0
 
 
-def _print_report(report: Report, url: str, out: TextIO) -> None:
-    rows = [("store", f"{report.kind} at {_redact(url)}")]
+def _print_report(report: Report, url: str, out: TextIO, *, empty: bool) -> None:
+    rows = [("store", f"{report.kind} at {redact(url)}")]
     for name, value in report.facts.items():
         if name == "servers":
             rows.append(("servers", str(len(value))))
@@ -476,7 +477,10 @@ def _print_report(report: Report, url: str, out: TextIO) -> None:
     for finding in report.findings:
         print(f"[{finding.level.upper():>4}] {finding.topic}: {finding.message}", file=out)
     risks = len(report.risks)
-    print(f"\n{risks} risk(s) to records" if risks else "\nno risk to records found", file=out)
+    verdict = f"{risks} risk(s) to records" if risks else "no risk to records found"
+    if empty:  # the exit status is 1: say why here too, not "no risk" alone
+        verdict = f"{risks or 'no'} risk(s) seen, but no records here to check (exit status 1)"
+    print(f"\n{verdict}", file=out)
 
 
 def _shown(value: Any) -> str:

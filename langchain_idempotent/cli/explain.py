@@ -10,7 +10,8 @@
 Prints the key and each part in the order it is hashed (version, namespace, scope, thread,
 graph path, node, agent, calling call, tool, arguments, scope part) — the graph path as
 the key uses it (task ids and call counters removed from ``--checkpoint-ns``). With
-``--key``, says whether that key is the one these parts make (exit status 1 if not), so
+``--key`` (the key, or its first 8 characters or more), says whether that key is the one
+these parts make (exit status 1 if not), so
 an operator can tell which part differs between two calls that did not share a record.
 The arguments are taken as given: the tool's own schema may normalise them first (an
 integer for a ``float`` field), so pass them as the model-visible schema writes them.
@@ -23,7 +24,10 @@ import argparse
 import json
 from typing import Any, TextIO
 
-__all__ = ["add_parser", "run"]
+__all__ = ["MIN_KEY_PREFIX", "add_parser", "run"]
+
+#: The shortest ``--key`` prefix taken (as ``ls`` and ``git`` abbreviate: 8 hex digits).
+MIN_KEY_PREFIX = 8
 
 
 def add_parser(sub: Any) -> None:
@@ -40,7 +44,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--turn", help="the user turn under --scope turn (idempotency_turn)")
     p.add_argument("--tool-call-id", help="the tool call id under --scope call")
     p.add_argument("--namespace", default="default", help="the policy's namespace")
-    p.add_argument("--key", help="check that these parts make this key")
+    p.add_argument(
+        "--key",
+        help=f"check that these parts make this key (or a key starting with these, at least "
+        f"{MIN_KEY_PREFIX} characters)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document")
 
 
@@ -56,6 +64,13 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
         return 2
     if not isinstance(arguments, dict):
         print("langchain-idempotent: error: --args must be a JSON object", file=err)
+        return 2
+    if args.key is not None and len(args.key) < MIN_KEY_PREFIX:
+        print(
+            f"langchain-idempotent: error: --key {args.key!r} is too short to check: give the "
+            f"key, or at least its first {MIN_KEY_PREFIX} characters",
+            file=err,
+        )
         return 2
     configurable: dict[str, Any] = {"checkpoint_ns": args.checkpoint_ns}
     if args.thread:
@@ -81,9 +96,13 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     except IdempotencyError as exc:
         print(f"langchain-idempotent: error: {exc}", file=err)
         return 2
-    matches = None if args.key is None else args.key == explained.key
+    matches = None if args.key is None else explained.key.startswith(args.key)
     if args.json:
-        doc = {"key": explained.key, "scope": explained.scope, "parts": dict(explained.parts)}
+        doc: dict[str, Any] = {
+            "key": explained.key,
+            "scope": explained.scope,
+            "parts": dict(explained.parts),
+        }
         if matches is not None:
             doc["matches"] = matches
         print(json.dumps(doc, indent=2), file=out)

@@ -17,7 +17,7 @@ from pydantic_core import to_jsonable_python
 from ..errors import CorruptRecordError, IdempotencyError
 from ..record import Record, State
 from ..serde import ResultSerializer
-from . import _confirm, _redact, _Refused, again, nothing_there
+from ._common import Refused, again, confirm, nothing_there, redact
 
 if TYPE_CHECKING:
     from ..settings import IdempotencySettings
@@ -39,7 +39,7 @@ def ls(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **
     if uncertain:  # the last attempt started and did not finish (lease over or abandoned)
         records = [rec for rec in records if rec.uncertain(now)][: args.limit]
     if not records and (missing := nothing_there(store)) is not None:
-        raise _Refused(missing)
+        raise Refused(missing)
     if args.json:
         docs = [_summary(rec, now) for rec in records]
         print(json.dumps({"records": docs, "count": len(docs)}, indent=2), file=out)
@@ -201,11 +201,11 @@ def _existing(store: BaseIdempotencyStore, key: str, *, prefix_ok: bool = False)
             return found[0]
         if found:
             shown = ", ".join(r.key for r in found[:5]) + (", …" if len(found) > 5 else "")
-            raise _Refused(f"{len(found)} records have keys starting {key!r}: {shown}")
+            raise Refused(f"{len(found)} records have keys starting {key!r}: {shown}")
     missing = nothing_there(store)
     if missing is not None:
-        raise _Refused(missing)
-    raise _Refused(f"no record under key {key!r} (expired, purged, or never written)")
+        raise Refused(missing)
+    raise Refused(f"no record under key {key!r} (expired, purged, or never written)")
 
 
 def _decode(rec: Record) -> tuple[Any, str | None]:
@@ -256,7 +256,7 @@ def purge(
     )
     if not records:
         if (missing := nothing_there(store)) is not None:
-            raise _Refused(missing)
+            raise Refused(missing)
         print(f"no records for {where}", file=out)
         return 0
     now = store.now_ms()
@@ -267,8 +267,8 @@ def purge(
         if live
         else ""
     )
-    _confirm(
-        f"Delete {len(records)} record(s) of {where} from {_redact(url)}?{warning} "
+    confirm(
+        f"Delete {len(records)} record(s) of {where} from {redact(url)}?{warning} "
         "Their calls will run again if retried.",
         yes=args.yes,
     )
@@ -296,13 +296,13 @@ def delete(
             if rec.lease_live(now)
             else ""
         )
-    _confirm(
-        f"Delete record {args.key} ({what}) from {_redact(url)}?{warning} Its call will run "
+    confirm(
+        f"Delete record {args.key} ({what}) from {redact(url)}?{warning} Its call will run "
         "again if retried.",
         yes=args.yes,
     )
     if not store.delete(args.key):
-        raise _Refused(f"no record under key {args.key!r}: it expired or was deleted meanwhile")
+        raise Refused(f"no record under key {args.key!r}: it expired or was deleted meanwhile")
     print(f"deleted record {args.key}", file=out)
     return 0
 
@@ -322,13 +322,13 @@ def resolve(
     payload = None if args.free else _payload(args)
     rec = _existing(store, args.key, prefix_ok=True)
     if rec.done:
-        raise _Refused(
+        raise Refused(
             f"record {rec.key} is already {rec.state.value}: nothing to resolve (its result "
             f"replays to every call; `{again(args, 'show', rec.key)}` shows it)"
         )
     now = store.now_ms()
     if rec.lease_live(now) and not args.force:
-        raise _Refused(
+        raise Refused(
             f"record {rec.key} holds a live lease ({(rec.lease_until - now) / 1000:.1f}s left, "
             f"attempt {rec.attempt}): its tool may still be running. Wait for the lease to "
             "pass, or add --force if you know that owner is hung"
@@ -341,16 +341,16 @@ def resolve(
         f"attempt {rec.attempt}, fence {rec.fence}"
     )
     if payload is None:
-        _confirm(f"Free {rec.key} ({who})? The next call runs the tool again.", yes=args.yes)
+        confirm(f"Free {rec.key} ({who})? The next call runs the tool again.", yes=args.yes)
         if not store.release(rec.key, owner=rec.owner, fence=rec.fence):
-            raise _Refused(
+            raise Refused(
                 f"record {rec.key} changed since it was read (another caller claimed or "
                 f"completed it); nothing was done. `{again(args, 'show', rec.key)}` shows it now"
             )
         print(f"freed {rec.key}: the next call runs the tool (fence {rec.fence + 1})", file=out)
         return 0
 
-    _confirm(f"Store this result for {rec.key} ({who})? Every later call replays it.", yes=args.yes)
+    confirm(f"Store this result for {rec.key} ({who})? Every later call replays it.", yes=args.yes)
     ttl = args.ttl if args.ttl is not None else settings.policy().ttl_s
     completion = store.complete(
         rec.key,
@@ -363,7 +363,7 @@ def resolve(
         meta=rec.meta,
     )
     if not completion.stored:
-        raise _Refused(
+        raise Refused(
             f"another result was stored for {rec.key} meanwhile; it stands "
             f"(`{again(args, 'show', rec.key)}`)"
         )
@@ -378,11 +378,11 @@ def _payload(args: argparse.Namespace) -> bytes:
         try:
             value = json.loads(args.result)
         except json.JSONDecodeError as exc:
-            raise _Refused(
+            raise Refused(
                 f"--result must be JSON ({exc}); quote a string as '\"text\"' or use --text",
                 code=2,
             ) from None
     try:
         return ResultSerializer().dumps(value)
     except (IdempotencyError, ValueError) as exc:
-        raise _Refused(f"cannot store that result: {exc}", code=2) from None
+        raise Refused(f"cannot store that result: {exc}", code=2) from None

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._lazy import needs_extra
+
 if TYPE_CHECKING:
     from .base import BaseIdempotencyStore
 
@@ -85,7 +87,13 @@ class StoreURL:
 
             return SqliteIdempotencyStore.from_url(self.url)
         if self.kind == "postgres":
-            from .postgres import PostgresIdempotencyStore
+            try:
+                from .postgres import PostgresIdempotencyStore
+            except ModuleNotFoundError as exc:  # psycopg: the extra's, named
+                named = needs_extra(exc, f"a {self.url.partition(':')[0]}:// store")
+                if named is None:
+                    raise
+                raise named from exc
 
             options: dict[str, Any] = {"auto_setup": postgres_auto_setup}
             if postgres_table is not None:
