@@ -582,7 +582,7 @@ def test_doctor_reports_a_default_redis_as_at_risk(capsys: pytest.CaptureFixture
         assert "[RISK] eviction: maxmemory-policy allkeys-lru evicts any key" in out
         assert "[RISK] persistence: no AOF and no RDB snapshots" in out
         assert "[RISK] replication: no connected replica" in out
-        assert "3 risk(s) to records" in out
+        assert "3 risk(s) seen, but no records here to check (exit status 1)" in out
 
         code, out, _ = run(capsys, "doctor", "--url", server.url, "--json", "--strict")
         assert code == 3
@@ -675,7 +675,7 @@ def test_doctor_reports_postgres_durability_settings_table_and_expired_rows(
     assert "[RISK] durability: fsync off" in out
     assert "[RISK] commit: synchronous_commit off" in out
     assert f"[NOTE] table: no table '{pg_table}':" in out
-    assert "2 risk(s) to records" in out
+    assert "2 risk(s) seen, but no records here to check (exit status 1)" in out
 
     store = store_from_url(url)
     backend = Backend(url, store)
