@@ -53,7 +53,6 @@ from . import _transactional
 from ._flow import Flow
 from ._reconciling import aask, ask
 from ._steps import (
-    _BOUNDARY,
     _CLAIM,
     Unmemoized,
     _AbandonStep,
@@ -74,7 +73,7 @@ from .policy import Policy
 from .reconcile import reconciler_for
 from .record import Claim
 from .serde import ResultSerializer
-from .stores.base import BaseIdempotencyStore
+from .stores.base import BaseIdempotencyStore, ClaimRequest
 
 __all__ = ["Claimed", "Engine", "Unmemoized", "new_owner"]
 
@@ -84,10 +83,11 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A claim already made for a call (a batch of sibling calls, :mod:`._siblings`): the
-    owner token it was made with and the store's answer. The engine takes it as the
-    answer to its first claim, so the call claims no second time."""
+    request it was made with, which is the call's own (:meth:`Engine.claim_request`), and
+    the store's answer. The engine takes it as the answer to its first claim, so the call
+    claims no second time."""
 
-    owner: str
+    request: ClaimRequest
     claim: Claim
 
 
@@ -163,12 +163,8 @@ class Engine(Flow):
         # Read once: the policy is frozen, and every claim passes the same settings.
         self._lease_ms = self.policy.lease_ms
         self._ttl_ms = self.policy.ttl_ms
-        self._claim_settings: dict[str, Any] = {
-            "lease_ms": self._lease_ms,
-            "ttl_ms": self._ttl_ms,
-            "on_expired": self.policy.on_expired,
-            **_BOUNDARY[self.policy.boundary],
-        }
+        self._on_expired = self.policy.on_expired
+        self._boundary = bool(self.policy.boundary)
 
         self._tools: dict[str, Engine] = {}
 
@@ -196,6 +192,26 @@ class Engine(Flow):
             self._tools[tool] = sibling
         return sibling
 
+    def claim_request(
+        self, key: str, fingerprint: str, meta: Mapping[str, str] | None = None
+    ) -> ClaimRequest:
+        """The claim of one call under this engine's policy, with a fresh owner token. The
+        one recipe: the engine's own first claim and a batch of sibling calls
+        (:mod:`._siblings`) both use it, and a batch hands a call only the claim made with
+        a request equal to the call's own."""
+        if not isinstance(key, str) or not key:
+            raise ValueError("the idempotency key must be a non-empty string")
+        return ClaimRequest(
+            key,
+            new_owner(),
+            fingerprint,
+            self._lease_ms,
+            self._ttl_ms,
+            self._on_expired,
+            meta,
+            self._boundary,
+        )
+
     def _call(
         self,
         key: str,
@@ -207,14 +223,9 @@ class Engine(Flow):
         thread_id: str | None,
         claimed: Claimed | None,
     ) -> _Call:
-        if not isinstance(key, str) or not key:
-            raise ValueError("the idempotency key must be a non-empty string")
         return _Call(
-            key,
-            fingerprint,
-            new_owner() if claimed is None else claimed.owner,
+            self.claim_request(key, fingerprint, meta) if claimed is None else claimed.request,
             tool,
-            meta,
             observer,
             reconciler_for(self.policy.reconcile, tool),
             MappingProxyType(dict(args or {})),
@@ -278,13 +289,7 @@ class Engine(Flow):
         return None
 
     def _claim_args(self, call: _Call) -> dict[str, Any]:
-        return {
-            "key": call.key,
-            "owner": call.owner,
-            "fingerprint": call.fingerprint,
-            "meta": call.meta,
-            **self._claim_settings,
-        }
+        return call.request.kwargs()
 
     def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
         return {
