@@ -55,7 +55,7 @@ from .engine import Claimed, Engine
 from .errors import IdempotencyError
 from .heartbeat import schedule_renewal
 from .record import Claim, ClaimOutcome
-from .stores.base import BaseIdempotencyStore, ClaimRequest
+from .stores.base import BaseIdempotencyStore, ClaimRequest, Held
 
 __all__ = ["Sibling", "StepCalls", "atake", "step_calls", "take"]
 
@@ -192,15 +192,11 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _give_back(store: BaseIdempotencyStore, request: ClaimRequest, claim: Claim) -> None:
     """Undo a claim whose call never ran, as the protocol says for a run that did not start."""
+    held = Held(request.key, request.owner, claim.fence)
     if claim.outcome is ClaimOutcome.TAKEOVER:
-        store.abandon(
-            request.key,
-            owner=request.owner,
-            fence=claim.fence,
-            reason=claim.reason or "lease_expired",
-        )
+        store.abandon(held, claim.reason or "lease_expired")
     elif claim.outcome.runs:
-        store.release(request.key, owner=request.owner, fence=claim.fence)
+        store.release(held)
     log.debug("batch: gave back the unused %s claim of %r", claim.outcome.name, request.key)
 
 

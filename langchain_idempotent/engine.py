@@ -73,7 +73,7 @@ from .policy import Policy
 from .reconcile import reconciler_for
 from .record import Claim
 from .serde import ResultSerializer
-from .stores.base import BaseIdempotencyStore, ClaimRequest
+from .stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 
 __all__ = ["Claimed", "Engine", "Unmemoized", "new_owner"]
 
@@ -116,6 +116,11 @@ class _Drive:
             self.value = finished.value
             return None
         return step
+
+
+def _held(call: _Call, ctx: IdempotencyContext) -> Held:
+    """The lease ``call`` holds at ``ctx``'s fence."""
+    return Held(call.key, call.owner, ctx.fence)
 
 
 def new_owner() -> str:
@@ -267,41 +272,36 @@ class Engine(Flow):
     def _do(self, step: _Step, call: _Call, action: Callable[[], Any]) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
-            return store.claim(**self._claim_args(call))
+            return store.claim(call.request)
         if isinstance(step, _RunStep):
             return self._run_action(step.ctx, call, action)
         if isinstance(step, _CompleteStep):
             if not policy.transactional:
-                return store.complete(**self._completion_args(call, step))
-            return _transactional.complete(store, step.txn, self._completion_args(call, step))
+                return store.complete(self._completion(call, step))
+            return _transactional.complete(store, step.txn, self._completion(call, step))
         if isinstance(step, _ReleaseStep):
             if step.txn is not None:
                 step.txn.rollback()
-            return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
+            return store.release(_held(call, step.ctx))
         if isinstance(step, _AbandonStep):
-            return store.abandon(
-                call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason
-            )
+            return store.abandon(_held(call, step.ctx), step.reason)
         if isinstance(step, _ReconcileStep):
             return ask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
         store.watch(call.key, fence=step.fence, timeout=step.timeout)
         return None
 
-    def _claim_args(self, call: _Call) -> dict[str, Any]:
-        return call.request.kwargs()
-
-    def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
-        return {
-            "key": call.key,
-            "owner": call.owner,
-            "fence": step.ctx.fence,
-            "fingerprint": call.fingerprint,
-            "payload": step.payload,
-            "failed": step.failed,
-            "ttl_ms": self._ttl_ms,
-            "meta": call.meta,
-        }
+    def _completion(self, call: _Call, step: _CompleteStep) -> CompleteRequest:
+        return CompleteRequest(
+            call.key,
+            call.owner,
+            step.ctx.fence,
+            call.fingerprint,
+            step.payload,
+            step.failed,
+            self._ttl_ms,
+            call.meta,
+        )
 
     def _run_action(
         self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Any]
@@ -313,8 +313,8 @@ class Engine(Flow):
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
         if ctx.protected:
-            fence, store = ctx.fence, self.store
-            ctx._boundary.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
+            held, store = _held(call, ctx), self.store
+            ctx._boundary.mark = lambda: store.mark_effect(held)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -333,7 +333,7 @@ class Engine(Flow):
             _current.reset(token)
 
     def _renew(self, call: _Call, ctx: IdempotencyContext) -> bool:
-        ok = self.store.renew(call.key, owner=call.owner, fence=ctx.fence, lease_ms=self._lease_ms)
+        ok = self.store.renew(_held(call, ctx), self._lease_ms)
         if not ok:
             self._lease_lost(call, ctx)
         return ok
@@ -373,24 +373,21 @@ class Engine(Flow):
     async def _ado(self, step: _Step, call: _Call, action: Callable[[], Awaitable[Any]]) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
-            return await store.aclaim(**self._claim_args(call))
+            return await store.aclaim(call.request)
         if isinstance(step, _RunStep):
             return await self._arun_action(step.ctx, call, action)
         if isinstance(step, _CompleteStep):
             if not policy.transactional:
-                return await store.acomplete(**self._completion_args(call, step))
-            args = self._completion_args(call, step)
-            return await _transactional.acomplete(store, step.txn, args)
+                return await store.acomplete(self._completion(call, step))
+            return await _transactional.acomplete(store, step.txn, self._completion(call, step))
         if isinstance(step, _ReleaseStep):
             if step.txn is not None:
                 await step.txn.rollback()
-            return await store.arelease(call.key, owner=call.owner, fence=step.ctx.fence)
+            return await store.arelease(_held(call, step.ctx))
         if isinstance(step, _AbandonStep):
             # Shielded: the caller is usually being cancelled; a second cancellation must
             # not stop the record from saying so.
-            return await asyncio.shield(
-                store.aabandon(call.key, owner=call.owner, fence=step.ctx.fence, reason=step.reason)
-            )
+            return await asyncio.shield(store.aabandon(_held(call, step.ctx), step.reason))
         if isinstance(step, _ReconcileStep):
             return await aask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
@@ -407,9 +404,9 @@ class Engine(Flow):
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
         if ctx.protected:
-            fence, store, gate = ctx.fence, self.store, ctx._boundary
-            gate.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
-            gate.amark = lambda: store.amark_effect(call.key, owner=call.owner, fence=fence)
+            held, store, gate = _held(call, ctx), self.store, ctx._boundary
+            gate.mark = lambda: store.mark_effect(held)
+            gate.amark = lambda: store.amark_effect(held)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
@@ -428,9 +425,7 @@ class Engine(Flow):
             _current.reset(token)
 
     async def _arenew(self, call: _Call, ctx: IdempotencyContext) -> bool:
-        ok = await self.store.arenew(
-            call.key, owner=call.owner, fence=ctx.fence, lease_ms=self._lease_ms
-        )
+        ok = await self.store.arenew(_held(call, ctx), self._lease_ms)
         if not ok:
             self._lease_lost(call, ctx)
         return ok

@@ -264,7 +264,7 @@ def test_a_sibling_that_never_runs_gives_its_lease_back_after_the_pickup_window(
     # ``taken`` was started by a run whose lease expired: the batch takes it over.
     key = taken.derived.key
     fp = taken.derived.fingerprint
-    store.claim(key, owner="dead", fingerprint=fp, lease_ms=1, ttl_ms=60_000)
+    store.claim(ClaimRequest(key, owner="dead", fingerprint=fp, lease_ms=1, ttl_ms=60_000))
     time.sleep(0.01)
     short = Engine(store, Policy(lease=0.3, ttl=60.0))  # a 0.1 s window for the test
     step_short = _siblings.StepCalls(
@@ -276,7 +276,9 @@ def test_a_sibling_that_never_runs_gives_its_lease_back_after_the_pickup_window(
     assert store.get(gone_key).state is State.RUNNING  # type: ignore[union-attr]
     assert _wait_until(lambda: store.get(gone_key).state is State.FREE)  # type: ignore[union-attr]
     assert _wait_until(lambda: store.get(key).lease_until == 0)  # type: ignore[union-attr]
-    again = store.claim(key, owner="next", fingerprint=fp, lease_ms=1000, ttl_ms=60_000)
+    again = store.claim(
+        ClaimRequest(key, owner="next", fingerprint=fp, lease_ms=1000, ttl_ms=60_000)
+    )
     assert again.outcome is ClaimOutcome.TAKEOVER
     assert again.reason == "lease_expired"
     # A late sibling's old claim is gone (the window passed): it leads a new batch and
@@ -453,11 +455,13 @@ def test_a_batched_takeover_follows_the_tools_own_on_expired_not_a_same_named_to
     pending = in_graph[0]._derive(refund_call, config)
     assert pending is not None
     crashed = store.inner.claim(
-        pending.derived.key,
-        owner="crashed",
-        fingerprint=pending.derived.fingerprint,
-        lease_ms=1_000,
-        ttl_ms=60_000,
+        ClaimRequest(
+            pending.derived.key,
+            owner="crashed",
+            fingerprint=pending.derived.fingerprint,
+            lease_ms=1_000,
+            ttl_ms=60_000,
+        )
     )
     assert crashed.outcome is ClaimOutcome.ACQUIRED
     clock.now += 1.2  # the crashed attempt's lease has passed

@@ -96,8 +96,8 @@ import redis
 import redis.asyncio
 
 from ...errors import StoreUnavailableError
-from ...record import Claim, ClaimOutcome, Completion, ExpiredPolicy, Record, UncertainReason
-from ..base import BaseIdempotencyStore, ClaimRequest
+from ...record import Claim, ClaimOutcome, Completion, Record, UncertainReason
+from ..base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 from ._clients import (
     AsyncClient,
     SyncClient,
@@ -119,13 +119,13 @@ from ._scripts import (
     _RAW,
     _RELEASE_SCRIPT,
     _RENEW_SCRIPT,
-    _VERSION,
     _aexecute,
     _aexecute_many,
     _claim_args,
     _complete_args,
     _execute,
     _execute_many,
+    _held_args,
     _Script,
     _to_record,
 )
@@ -332,51 +332,21 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     # -- record operations --------------------------------------------------------------
 
-    def claim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        args = _claim_args(request)
-        wait = self._durability.wait
-        replied = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
+    def claim(self, request: ClaimRequest) -> Claim:
+        key, wait = request.key, self._durability.wait
+        replied = self._eval_acked(_CLAIM_SCRIPT, key, _claim_args(request), wait)
         claim, unacked = self._durability.claim(key, *replied)
         if unacked is not None:
-            self._give_back(key, owner, claim)
+            self._give_back(request, claim)
             raise unacked
         return claim
 
-    async def aclaim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        args = _claim_args(request)
-        wait = self._durability.wait
-        replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
+    async def aclaim(self, request: ClaimRequest) -> Claim:
+        key, wait = request.key, self._durability.wait
+        replied = await self._aeval_acked(_CLAIM_SCRIPT, key, _claim_args(request), wait)
         claim, unacked = self._durability.claim(key, *replied)
         if unacked is not None:
-            await self._agive_back(key, owner, claim)
+            await self._agive_back(request, claim)
             raise unacked
         return claim
 
@@ -389,7 +359,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         """Every claim in one pipeline (see above); answers in order, as sequential claims
         would give them (the script runs per key, in the order sent)."""
         if len(requests) < 2:  # nothing to pipeline: one claim, on the fast path
-            return [self.claim(**r.kwargs()) for r in requests]
+            return [self.claim(r) for r in requests]
         calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
         wait = self._durability.wait
         replies, acks = self._clients.call(requests[0].key, lambda: self._send_many(calls, wait))
@@ -398,7 +368,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         claims, unacked = self._durability.claims(requests, replies, acks)
         if unacked is not None:
             for r, claim in unacked:
-                self._give_back(r.key, r.owner, claim)
+                self._give_back(r, claim)
             raise self._durability.error("claim", requests[0].key, acks)
         return claims
 
@@ -413,7 +383,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         if len(requests) < 2:
-            return [await self.aclaim(**r.kwargs()) for r in requests]
+            return [await self.aclaim(r) for r in requests]
         calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
         wait = self._durability.wait
         client = self._async()
@@ -425,7 +395,7 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         claims, unacked = self._durability.claims(requests, replies, acks)
         if unacked is not None:
             for r, claim in unacked:
-                await self._agive_back(r.key, r.owner, claim)
+                await self._agive_back(r, claim)
             raise self._durability.error("claim", requests[0].key, acks)
         return claims
 
@@ -434,85 +404,59 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     # TAKEOVER (or OWNED: a re-claim that may repeat one) is abandoned, which keeps its
     # effect mark, so the next claim is as uncertain as this one was, never a clean start.
 
-    def _give_back(self, key: str, owner: str, claim: Claim) -> None:
+    def _give_back(self, request: ClaimRequest, claim: Claim) -> None:
         with contextlib.suppress(StoreUnavailableError):
+            held = Held(request.key, request.owner, claim.fence)
             if claim.outcome in _CLEAN:
-                self.release(key, owner=owner, fence=claim.fence)
+                self.release(held)
             else:
-                self.abandon(key, owner=owner, fence=claim.fence, reason=_reason(claim))
+                self.abandon(held, _reason(claim))
 
-    async def _agive_back(self, key: str, owner: str, claim: Claim) -> None:
+    async def _agive_back(self, request: ClaimRequest, claim: Claim) -> None:
         with contextlib.suppress(StoreUnavailableError):
+            held = Held(request.key, request.owner, claim.fence)
             if claim.outcome in _CLEAN:
-                await self.arelease(key, owner=owner, fence=claim.fence)
+                await self.arelease(held)
             else:
-                await self.aabandon(key, owner=owner, fence=claim.fence, reason=_reason(claim))
+                await self.aabandon(held, _reason(claim))
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
+    def renew(self, held: Held, lease_ms: int) -> bool:
+        return bool(self._eval(_RENEW_SCRIPT, held.key, _held_args(held, lease_ms)))
 
-    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return bool(await self._aeval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
+    async def arenew(self, held: Held, lease_ms: int) -> bool:
+        return bool(await self._aeval(_RENEW_SCRIPT, held.key, _held_args(held, lease_ms)))
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        wait = self._durability.wait
-        reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        return self._durability.completion(key, payload, reply, acks)
+    def complete(self, request: CompleteRequest) -> Completion:
+        key, wait = request.key, self._durability.wait
+        reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, _complete_args(request), wait)
+        return self._durability.completion(key, request.payload, reply, acks)
 
-    async def acomplete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        wait = self._durability.wait
-        reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        return self._durability.completion(key, payload, reply, acks)
+    async def acomplete(self, request: CompleteRequest) -> Completion:
+        key, wait = request.key, self._durability.wait
+        reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, _complete_args(request), wait)
+        return self._durability.completion(key, request.payload, reply, acks)
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
-        return bool(self._eval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+    def release(self, held: Held) -> bool:
+        return bool(self._eval(_RELEASE_SCRIPT, held.key, _held_args(held)))
 
-    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        return bool(await self._aeval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+    async def arelease(self, held: Held) -> bool:
+        return bool(await self._aeval(_RELEASE_SCRIPT, held.key, _held_args(held)))
 
-    def abandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
-    ) -> bool:
-        return bool(self._eval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+    def abandon(self, held: Held, reason: UncertainReason = "cancelled") -> bool:
+        return bool(self._eval(_ABANDON_SCRIPT, held.key, (*_held_args(held), reason)))
 
-    async def aabandon(
-        self, key: str, *, owner: str, fence: int, reason: UncertainReason = "cancelled"
-    ) -> bool:
-        return bool(await self._aeval(_ABANDON_SCRIPT, key, (owner, fence, _VERSION, reason)))
+    async def aabandon(self, held: Held, reason: UncertainReason = "cancelled") -> bool:
+        return bool(await self._aeval(_ABANDON_SCRIPT, held.key, (*_held_args(held), reason)))
 
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        args, wait = (owner, fence, _VERSION), self._durability.wait
-        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
-        return self._durability.mark(key, reply, acks)
+    def mark_effect(self, held: Held) -> bool:
+        args, wait = _held_args(held), self._durability.wait
+        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, held.key, args, wait)
+        return self._durability.mark(held.key, reply, acks)
 
-    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        args, wait = (owner, fence, _VERSION), self._durability.wait
-        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
-        return self._durability.mark(key, reply, acks)
+    async def amark_effect(self, held: Held) -> bool:
+        args, wait = _held_args(held), self._durability.wait
+        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, held.key, args, wait)
+        return self._durability.mark(held.key, reply, acks)
 
     def get(self, key: str) -> Record | None:
         fields = self._clients.call(
