@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest
+from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 
 __all__ = ["main", "markdown", "run_batch"]
 
@@ -96,13 +96,15 @@ def _cases(store: BaseIdempotencyStore) -> dict[str, Callable[[], Callable[[], o
         done = [f"done-{n}-{i}-{uuid.uuid4().hex}" for i in range(n)]
         for r, c in zip(_requests(done), store.claim_many(_requests(done)), strict=True):
             store.complete(
-                r.key,
-                owner=r.owner,
-                fence=c.fence,
-                fingerprint="fp",
-                payload=b"result",
-                failed=False,
-                ttl_ms=TTL_MS,
+                CompleteRequest(
+                    r.key,
+                    owner=r.owner,
+                    fence=c.fence,
+                    fingerprint="fp",
+                    payload=b"result",
+                    failed=False,
+                    ttl_ms=TTL_MS,
+                )
             )
 
         def fresh(n: int = n) -> list[ClaimRequest]:
@@ -138,7 +140,7 @@ def _separate(
 
 
 def _claim(store: BaseIdempotencyStore, r: ClaimRequest) -> object:
-    return store.claim(**r.kwargs())
+    return store.claim(r)
 
 
 def _sample(

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from . import _batch, _siblings
 from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
 from ._replay import mark_answer, restamp
-from ._siblings import StepCalls
+from ._siblings import Sibling, StepCalls
 from .engine import Claimed, Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
@@ -161,6 +161,18 @@ class PendingCall:
         if event.kind in SURFACED_KINDS:
             self.events.append(event)
 
+    def sibling(self, engine: Engine) -> Sibling:
+        """This call as a batch of its step sees it (:mod:`._siblings`): its claim under
+        ``engine``, or none for a read-only tool or an identical call it rejects."""
+        policy, derived = engine.policy, self.derived
+        rejected = bool(self.duplicate) and policy.identical_calls == "reject"
+        request = (
+            None
+            if policy.effect_class == "read" or rejected
+            else engine.claim_request(derived.key, derived.fingerprint, derived.meta)
+        )
+        return Sibling(engine, self.tool_call_id, self.thread_id, request)
+
     def _engine_kwargs(self, claimed: Claimed | None) -> dict[str, Any]:
         """What :meth:`Engine.run` / :meth:`Engine.arun` are told about this call."""
         return {
@@ -194,7 +206,7 @@ class PendingCall:
                 return mark_answer(action(), call_id)
 
         try:
-            claimed = _siblings.take(_siblings.Sibling(engine, self), step) if step else None
+            claimed = _siblings.take(self.sibling(engine), step) if step else None
             result = engine.run(self.derived.key, action=marked, **self._engine_kwargs(claimed))
         finally:
             for event in self.events if config is not None else ():
@@ -222,7 +234,7 @@ class PendingCall:
                 return mark_answer(await action(), call_id)
 
         try:
-            claimed = await _siblings.atake(_siblings.Sibling(engine, self), step) if step else None
+            claimed = await _siblings.atake(self.sibling(engine), step) if step else None
             result = await engine.arun(
                 self.derived.key, action=marked, **self._engine_kwargs(claimed)
             )

@@ -9,14 +9,19 @@ How siblings find each other, deterministically: every call of the step sees the
 message (the graph state's messages, the middleware's ``request.state``), so each computes
 the same *step identity* — the store, the thread, and the ids of all the message's tool
 calls, in order. The first call to arrive is the *leader*: it derives the keys of every
-sibling its store covers (the tools registered for that store, the ones the middleware
-names), makes one :meth:`~langchain_idempotent.stores.BaseIdempotencyStore.claim_many`
-with a fresh owner token per sibling, and files the answers under their keys. Every call
+sibling on its store among the tools of its step (the list of tools wrapped with it in one
+``idempotent([...])``, which is what a ``ToolNode`` is built from; for the middleware, the
+tools of the call's ``request.runtime`` that it names), makes one
+:meth:`~langchain_idempotent.stores.BaseIdempotencyStore.claim_many` of each sibling's
+own claim (:meth:`~langchain_idempotent.engine.Engine.claim_request` of the engine that
+runs it, with a fresh owner token), and files the answers under their keys. Every call
 (the leader too) then takes its own answer — the first one filed under its key — and
 hands it to the engine as :class:`~langchain_idempotent.engine.Claimed`: the engine's first
 claim is answered without a round trip (a replay costs nothing more; a busy key waits and
-claims again as usual). A call whose key is not in the batch (not derivable by the leader)
-claims on its own: batching can only save round trips, never change an answer.
+claims again as usual). A call takes a claim only if it was made with a request equal to
+its own (owner token aside): any other is given back and the call claims on its own, under
+its own policy, as does a call whose key is not in the batch (not derivable by the
+leader). Batching can only save round trips, never change an answer.
 
 Leases: the batch takes each sibling's lease at the moment the step starts its tools,
 which is when each would have claimed anyway (the calls of one step run at once). A lease
@@ -36,24 +41,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .engine import Claimed, Engine, new_owner
+from .engine import Claimed, Engine
 from .errors import IdempotencyError
 from .heartbeat import schedule_renewal
 from .record import Claim, ClaimOutcome, uncertain_kwargs
-from .stores.base import BaseIdempotencyStore, ClaimRequest
-
-if TYPE_CHECKING:
-    from ._call import PendingCall
+from .stores.base import BaseIdempotencyStore, ClaimRequest, Held
 
 __all__ = ["Sibling", "StepCalls", "atake", "step_calls", "take"]
 
@@ -62,16 +64,20 @@ log = logging.getLogger("langchain_idempotent.batch")
 
 @dataclass(frozen=True, slots=True)
 class Sibling:
-    """One call of the step that a batch may claim for: its engine and its derived call."""
+    """One call of the step as a batch sees it: the engine that runs it, its tool call id
+    and thread, and its claim (:meth:`Engine.claim_request` of that engine; ``None``: the
+    call claims nothing, as a read-only tool or a rejected identical call)."""
 
     engine: Engine
-    pending: PendingCall
+    call_id: str | None
+    thread_id: str | None
+    request: ClaimRequest | None
 
 
 @dataclass(frozen=True, slots=True)
 class StepCalls:
     """What a call knows of its step: the ids of all the message's tool calls, and how
-    to derive its siblings (asked only by the leader)."""
+    to derive the other calls (asked only by the leader, which adds itself)."""
 
     ids: tuple[str, ...]
     siblings: Callable[[], Iterable[Sibling]]
@@ -143,22 +149,23 @@ class _Step:
         if future is not None and not future.done():
             future.get_loop().call_soon_threadsafe(_resolve, future)
 
-    def pop(self, key: str) -> Claimed | None:
+    def pop(self, mine: ClaimRequest) -> _Entry | None:
+        """The first claim filed under ``mine``'s key, taken out of the batch."""
         with _lock:
             if self.failed or time.monotonic() >= self.deadline:
                 return None
-            entries = self.claims.get(key)
+            entries = self.claims.get(mine.key)
             if not entries:
                 return None
-            request, claim = entries.popleft()
+            entry = entries.popleft()
             if not entries:
-                del self.claims[key]
+                del self.claims[mine.key]
             empty = not self.claims
         if empty:
             self._forget()
             if self.timer is not None:
                 self.timer.cancel()
-        return Claimed(request.owner, claim)
+        return entry
 
     def _forget(self) -> None:
         with _lock:
@@ -173,9 +180,8 @@ class _Step:
             self.deadline = 0.0
             left = [entry for entries in self.claims.values() for entry in entries]
             self.claims.clear()
-        for request, claim in left:
-            with contextlib.suppress(IdempotencyError):
-                _give_back(self.store, request, claim)
+        for entry in left:
+            _give_back_quietly(self.store, entry)
         return False  # a one-shot: never rescheduled
 
 
@@ -186,12 +192,11 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _give_back(store: BaseIdempotencyStore, request: ClaimRequest, claim: Claim) -> None:
     """Undo a claim whose call never ran, as the protocol says for a run that did not start."""
+    held = Held(request.key, request.owner, claim.fence)
     if claim.outcome is ClaimOutcome.TAKEOVER:
-        store.abandon(
-            request.key, owner=request.owner, fence=claim.fence, **uncertain_kwargs(claim)
-        )
+        store.abandon(held, **uncertain_kwargs(claim))
     elif claim.outcome.runs:
-        store.release(request.key, owner=request.owner, fence=claim.fence)
+        store.release(held)
     log.debug("batch: gave back the unused %s claim of %r", claim.outcome.name, request.key)
 
 
@@ -201,10 +206,10 @@ _steps: dict[_Ident, _Step] = {}
 
 def _join(me: Sibling, step: StepCalls) -> tuple[_Step, bool] | None:
     """This call's step batch, and whether this call leads it (makes the claim)."""
-    if me.engine.policy.approval or me.pending.tool_call_id is None:
+    if me.engine.policy.approval or me.call_id is None or me.request is None:
         return None
     store = me.engine.store
-    ident: _Ident = (id(store), me.pending.thread_id, step.ids)
+    ident: _Ident = (id(store), me.thread_id, step.ids)
     with _lock:
         now = time.monotonic()
         for old in [i for i, s in _steps.items() if s.deadline <= now]:
@@ -222,36 +227,25 @@ def _window(engine: Engine) -> float:
 
 
 def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
-    """The leader's claims: every sibling on the same store, not under approval, with a
-    fresh owner token; and the pickup window (the shortest of their engines')."""
+    """The leader's claims, in the message's order: its own request and every other
+    call's on the same store that claims (not under approval); and the pickup window (the
+    shortest of their engines')."""
     store = me.engine.store
+    calls = {s.call_id: s for s in step.siblings()}
+    calls[me.call_id] = me
     requests: list[ClaimRequest] = []
     window = float("inf")
-    seen: set[str | None] = set()
-    for sibling in step.siblings():
-        engine, pending = sibling.engine, sibling.pending
+    for call_id in dict.fromkeys(step.ids):
+        sibling = calls.get(call_id)
         if (
-            engine.store is not store
-            or engine.policy.approval
-            or pending.tool_call_id in seen
-            or _claims_nothing(engine, pending)
+            sibling is None
+            or sibling.request is None
+            or sibling.engine.store is not store
+            or sibling.engine.policy.approval
         ):
             continue
-        seen.add(pending.tool_call_id)
-        policy = engine.policy
-        requests.append(
-            ClaimRequest(
-                pending.derived.key,
-                new_owner(),
-                pending.derived.fingerprint,
-                policy.lease_ms,
-                policy.ttl_ms,
-                engine.on_expired,
-                pending.derived.meta,
-                bool(policy.boundary),
-            )
-        )
-        window = min(window, _window(engine))
+        requests.append(sibling.request)
+        window = min(window, _window(sibling.engine))
     return requests, window
 
 
@@ -278,11 +272,24 @@ def _failed(me: Sibling, batch: _Step, exc: BaseException) -> None:
     log.debug("batch: claim_many failed (%s); each call claims on its own", exc)
 
 
-def _claims_nothing(engine: Engine, pending: PendingCall) -> bool:
-    """A read-only tool runs unclaimed; a rejected identical call runs nothing."""
-    policy = engine.policy
-    rejected = bool(pending.duplicate) and policy.identical_calls == "reject"
-    return policy.effect_class == "read" or rejected
+def _handed(batch: _Step, mine: ClaimRequest) -> tuple[Claimed | None, _Entry | None]:
+    """This call's claim from the batch, if it was made with a request equal to ``mine``
+    (owner token aside); else ``None`` and the claim to give back (made under another
+    policy: the call claims on its own, under its own)."""
+    entry = batch.pop(mine)
+    if entry is None:
+        return None, None
+    request, claim = entry
+    if request != dataclasses.replace(mine, owner=request.owner):
+        log.debug("batch: %r was claimed under another policy; it claims on its own", mine.key)
+        return None, entry
+    return Claimed(request, claim), None
+
+
+def _give_back_quietly(store: BaseIdempotencyStore, entry: _Entry | None) -> None:
+    if entry is not None:
+        with contextlib.suppress(IdempotencyError):
+            _give_back(store, *entry)
 
 
 def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
@@ -307,7 +314,10 @@ def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
         batch.fill(requests, claims, window)
     elif not batch.ready.wait(timeout=me.engine.policy.lease_s):
         return None
-    return batch.pop(me.pending.derived.key)
+    assert me.request is not None  # _join refuses a call that claims nothing
+    claimed, other = _handed(batch, me.request)
+    _give_back_quietly(batch.store, other)
+    return claimed
 
 
 async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
@@ -341,22 +351,8 @@ async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
             await asyncio.to_thread(batch.ready.wait, timeout)
         if not batch.ready.is_set():
             return None
-    return batch.pop(me.pending.derived.key)
-
-
-# -- the tools a store covers (IdempotentTool's siblings) ---------------------------------
-
-_tools: weakref.WeakKeyDictionary[BaseIdempotencyStore, dict[str, Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def register(store: BaseIdempotencyStore, tool: Any) -> None:
-    """Make ``tool`` (an ``IdempotentTool`` on ``store``) findable by its siblings' leader."""
-    with _lock:
-        _tools.setdefault(store, {})[tool.name] = tool
-
-
-def registered(store: BaseIdempotencyStore, name: str) -> Any:
-    with _lock:
-        return _tools.get(store, {}).get(name)
+    assert me.request is not None
+    claimed, other = _handed(batch, me.request)
+    if other is not None:
+        await asyncio.to_thread(_give_back_quietly, batch.store, other)
+    return claimed

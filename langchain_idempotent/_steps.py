@@ -18,6 +18,7 @@ from .context import IdempotencyContext
 from .events import EventHook
 from .reconcile import ReconcileCall, Reconciler
 from .record import UncertainReason
+from .stores.base import ClaimRequest
 
 V = TypeVar("V")
 
@@ -81,9 +82,6 @@ _Step = (
     _ClaimStep | _WatchStep | _RunStep | _CompleteStep | _ReleaseStep | _AbandonStep
 ) | _ReconcileStep
 _CLAIM = _ClaimStep()
-#: The claim's ``boundary`` argument, passed only when set (a store written before the
-#: side-effect mark still serves every tool that does not mark one).
-_BOUNDARY: dict[bool, dict[str, bool]] = {False: {}, True: {"boundary": True}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +103,27 @@ class _Answer:
 
 @dataclass(frozen=True, slots=True)
 class _Call:
-    key: str
-    fingerprint: str
-    owner: str
+    #: The call's claim, built once (:meth:`~langchain_idempotent.engine.Engine.claim_request`):
+    #: its key, owner token, fingerprint and meta are the call's.
+    request: ClaimRequest
     tool: str | None
-    meta: Mapping[str, str] | None
     observer: EventHook | None
     reconcile: Reconciler | None
     args: Mapping[str, Any]
     thread_id: str | None
+
+    @property
+    def key(self) -> str:
+        return self.request.key
+
+    @property
+    def owner(self) -> str:
+        return self.request.owner
+
+    @property
+    def fingerprint(self) -> str:
+        return self.request.fingerprint
+
+    @property
+    def meta(self) -> Mapping[str, str] | None:
+        return self.request.meta

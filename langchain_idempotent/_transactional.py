@@ -13,13 +13,12 @@ back, and the caller gets :class:`LeaseLostError`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .context import IdempotencyContext
 from .errors import LeaseLostError
 from .record import Completion
-from .stores.base import BaseIdempotencyStore
+from .stores.base import BaseIdempotencyStore, CompleteRequest
 
 __all__ = [
     "AsyncTransaction",
@@ -39,18 +38,7 @@ class Transaction(Protocol):
 
     connection: Any
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion: ...
+    def complete(self, request: CompleteRequest) -> Completion: ...
 
     def rollback(self) -> None: ...
 
@@ -60,18 +48,7 @@ class AsyncTransaction(Protocol):
 
     connection: Any
 
-    async def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion: ...
+    async def complete(self, request: CompleteRequest) -> Completion: ...
 
     async def rollback(self) -> None: ...
 
@@ -113,24 +90,24 @@ async def abegin(
 
 
 def complete(
-    store: BaseIdempotencyStore, txn: Transaction | None, args: Mapping[str, Any]
+    store: BaseIdempotencyStore, txn: Transaction | None, request: CompleteRequest
 ) -> Completion:
     """Write the completion in the run's transaction (``None``: a failure to record, in an
     empty one of its own) and commit."""
     if txn is None:
         txn = check_store(store).transaction()
-    return _refused(txn.complete(**args), args)
+    return _refused(txn.complete(request), request)
 
 
 async def acomplete(
-    store: BaseIdempotencyStore, txn: AsyncTransaction | None, args: Mapping[str, Any]
+    store: BaseIdempotencyStore, txn: AsyncTransaction | None, request: CompleteRequest
 ) -> Completion:
     if txn is None:
         txn = await check_store(store).atransaction()
-    return _refused(await txn.complete(**args), args)
+    return _refused(await txn.complete(request), request)
 
 
-def _refused(completion: Completion, args: Mapping[str, Any]) -> Completion:
+def _refused(completion: Completion, request: CompleteRequest) -> Completion:
     """A completion refused with nothing stored: the run lost its lease.
 
     Its transaction was rolled back, so the tool's writes are gone; the caller learns it
@@ -139,8 +116,8 @@ def _refused(completion: Completion, args: Mapping[str, Any]) -> Completion:
     if completion.stored or completion.payload is not None:
         return completion
     raise LeaseLostError(
-        f"this run (fence {args['fence']}) lost its lease before its transaction could "
+        f"this run (fence {request.fence}) lost its lease before its transaction could "
         "commit: another worker took the call over, so its writes were rolled back and "
         "nothing was recorded; retry to get the other worker's result",
-        key=args["key"],
+        key=request.key,
     )

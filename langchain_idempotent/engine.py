@@ -59,7 +59,6 @@ from . import _transactional
 from ._flow import Flow
 from ._reconciling import aask, ask
 from ._steps import (
-    _BOUNDARY,
     _CLAIM,
     Unmemoized,
     _AbandonStep,
@@ -80,7 +79,7 @@ from .policy import Policy
 from .reconcile import reconciler_for
 from .record import Claim, ExpiredPolicy, abandon_kwargs
 from .serde import ResultSerializer
-from .stores.base import BaseIdempotencyStore
+from .stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 
 __all__ = ["Claimed", "Engine", "Unmemoized", "new_owner"]
 
@@ -90,10 +89,11 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A claim already made for a call (a batch of sibling calls, :mod:`._siblings`): the
-    owner token it was made with and the store's answer. The engine takes it as the
-    answer to its first claim, so the call claims no second time."""
+    request it was made with, which is the call's own (:meth:`Engine.claim_request`), and
+    the store's answer. The engine takes it as the answer to its first claim, so the call
+    claims no second time."""
 
-    owner: str
+    request: ClaimRequest
     claim: Claim
 
 
@@ -122,6 +122,11 @@ class _Drive:
             self.value = finished.value
             return None
         return step
+
+
+def _held(call: _Call, ctx: IdempotencyContext) -> Held:
+    """The lease ``call`` holds at ``ctx``'s fence."""
+    return Held(call.key, call.owner, ctx.fence)
 
 
 def new_owner() -> str:
@@ -174,12 +179,7 @@ class Engine(Flow):
         self._ttl_ms = self.policy.ttl_ms
         #: ``policy.on_expired``, never ``None`` here (:meth:`Policy.for_tool` filled it).
         self.on_expired: ExpiredPolicy = self.policy.on_expired or "takeover"
-        self._claim_settings: dict[str, Any] = {
-            "lease_ms": self._lease_ms,
-            "ttl_ms": self._ttl_ms,
-            "on_expired": self.on_expired,
-            **_BOUNDARY[self.policy.boundary],
-        }
+        self._boundary = bool(self.policy.boundary)
 
         self._tools: dict[str, Engine] = {}
 
@@ -208,6 +208,26 @@ class Engine(Flow):
             self._tools[tool] = sibling
         return sibling
 
+    def claim_request(
+        self, key: str, fingerprint: str, meta: Mapping[str, str] | None = None
+    ) -> ClaimRequest:
+        """The claim of one call under this engine's policy, with a fresh owner token. The
+        one recipe: the engine's own first claim and a batch of sibling calls
+        (:mod:`._siblings`) both use it, and a batch hands a call only the claim made with
+        a request equal to the call's own."""
+        if not isinstance(key, str) or not key:
+            raise ValueError("the idempotency key must be a non-empty string")
+        return ClaimRequest(
+            key,
+            new_owner(),
+            fingerprint,
+            self._lease_ms,
+            self._ttl_ms,
+            self.on_expired,
+            meta,
+            self._boundary,
+        )
+
     def _call(
         self,
         key: str,
@@ -219,14 +239,9 @@ class Engine(Flow):
         thread_id: str | None,
         claimed: Claimed | None,
     ) -> _Call:
-        if not isinstance(key, str) or not key:
-            raise ValueError("the idempotency key must be a non-empty string")
         return _Call(
-            key,
-            fingerprint,
-            new_owner() if claimed is None else claimed.owner,
+            self.claim_request(key, fingerprint, meta) if claimed is None else claimed.request,
             tool,
-            meta,
             observer,
             reconciler_for(self.policy.reconcile, tool),
             MappingProxyType(dict(args or {})),
@@ -268,46 +283,38 @@ class Engine(Flow):
     def _do(self, step: _Step, call: _Call, action: Callable[[], Any]) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
-            return store.claim(**self._claim_args(call))
+            return store.claim(call.request)
         if isinstance(step, _RunStep):
             return self._run_action(step.ctx, call, action)
         if isinstance(step, _CompleteStep):
             if not policy.transactional:
-                return store.complete(**self._completion_args(call, step))
-            return _transactional.complete(store, step.txn, self._completion_args(call, step))
+                return store.complete(self._completion(call, step))
+            return _transactional.complete(store, step.txn, self._completion(call, step))
         if isinstance(step, _ReleaseStep):
             if step.txn is not None:
                 step.txn.rollback()
-            return store.release(call.key, owner=call.owner, fence=step.ctx.fence)
+            return store.release(_held(call, step.ctx))
         if isinstance(step, _AbandonStep):
-            uncertain = abandon_kwargs(step.reason, step.error_type)
-            return store.abandon(call.key, owner=call.owner, fence=step.ctx.fence, **uncertain)
+            return store.abandon(
+                _held(call, step.ctx), **abandon_kwargs(step.reason, step.error_type)
+            )
         if isinstance(step, _ReconcileStep):
             return ask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
         store.watch(call.key, fence=step.fence, timeout=step.timeout)
         return None
 
-    def _claim_args(self, call: _Call) -> dict[str, Any]:
-        return {
-            "key": call.key,
-            "owner": call.owner,
-            "fingerprint": call.fingerprint,
-            "meta": call.meta,
-            **self._claim_settings,
-        }
-
-    def _completion_args(self, call: _Call, step: _CompleteStep) -> dict[str, Any]:
-        return {
-            "key": call.key,
-            "owner": call.owner,
-            "fence": step.ctx.fence,
-            "fingerprint": call.fingerprint,
-            "payload": step.payload,
-            "failed": step.failed,
-            "ttl_ms": self._ttl_ms,
-            "meta": call.meta,
-        }
+    def _completion(self, call: _Call, step: _CompleteStep) -> CompleteRequest:
+        return CompleteRequest(
+            call.key,
+            call.owner,
+            step.ctx.fence,
+            call.fingerprint,
+            step.payload,
+            step.failed,
+            self._ttl_ms,
+            call.meta,
+        )
 
     def _run_action(
         self, ctx: IdempotencyContext, call: _Call, action: Callable[[], Any]
@@ -319,8 +326,8 @@ class Engine(Flow):
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
         if ctx.protected:
-            fence, store = ctx.fence, self.store
-            ctx._boundary.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
+            held, store = _held(call, ctx), self.store
+            ctx._boundary.mark = lambda: store.mark_effect(held)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -339,7 +346,7 @@ class Engine(Flow):
             _current.reset(token)
 
     def _renew(self, call: _Call, ctx: IdempotencyContext) -> bool:
-        ok = self.store.renew(call.key, owner=call.owner, fence=ctx.fence, lease_ms=self._lease_ms)
+        ok = self.store.renew(_held(call, ctx), self._lease_ms)
         if not ok:
             self._lease_lost(call, ctx)
         return ok
@@ -379,25 +386,22 @@ class Engine(Flow):
     async def _ado(self, step: _Step, call: _Call, action: Callable[[], Awaitable[Any]]) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
-            return await store.aclaim(**self._claim_args(call))
+            return await store.aclaim(call.request)
         if isinstance(step, _RunStep):
             return await self._arun_action(step.ctx, call, action)
         if isinstance(step, _CompleteStep):
             if not policy.transactional:
-                return await store.acomplete(**self._completion_args(call, step))
-            args = self._completion_args(call, step)
-            return await _transactional.acomplete(store, step.txn, args)
+                return await store.acomplete(self._completion(call, step))
+            return await _transactional.acomplete(store, step.txn, self._completion(call, step))
         if isinstance(step, _ReleaseStep):
             if step.txn is not None:
                 await step.txn.rollback()
-            return await store.arelease(call.key, owner=call.owner, fence=step.ctx.fence)
+            return await store.arelease(_held(call, step.ctx))
         if isinstance(step, _AbandonStep):
             # Shielded: the caller is usually being cancelled; a second cancellation must
             # not stop the record from saying so.
             uncertain = abandon_kwargs(step.reason, step.error_type)
-            return await asyncio.shield(
-                store.aabandon(call.key, owner=call.owner, fence=step.ctx.fence, **uncertain)
-            )
+            return await asyncio.shield(store.aabandon(_held(call, step.ctx), **uncertain))
         if isinstance(step, _ReconcileStep):
             return await aask(step.hook, step.call)
         assert isinstance(step, _WatchStep)
@@ -414,9 +418,9 @@ class Engine(Flow):
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
         if ctx.protected:
-            fence, store, gate = ctx.fence, self.store, ctx._boundary
-            gate.mark = lambda: store.mark_effect(call.key, owner=call.owner, fence=fence)
-            gate.amark = lambda: store.amark_effect(call.key, owner=call.owner, fence=fence)
+            held, store, gate = _held(call, ctx), self.store, ctx._boundary
+            gate.mark = lambda: store.mark_effect(held)
+            gate.amark = lambda: store.amark_effect(held)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))
@@ -435,9 +439,7 @@ class Engine(Flow):
             _current.reset(token)
 
     async def _arenew(self, call: _Call, ctx: IdempotencyContext) -> bool:
-        ok = await self.store.arenew(
-            call.key, owner=call.owner, fence=ctx.fence, lease_ms=self._lease_ms
-        )
+        ok = await self.store.arenew(_held(call, ctx), self._lease_ms)
         if not ok:
             self._lease_lost(call, ctx)
         return ok

@@ -155,11 +155,8 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             tools = {t.name: t for t in getattr(request.runtime, "tools", None) or ()}
             out = []
             for call in calls:
-                if call.get("id") == pending.tool_call_id:
-                    out.append(Sibling(engine, pending))
-                    continue
                 tool = tools.get(call.get("name"))
-                if tool is None:
+                if call.get("id") == pending.tool_call_id or tool is None:
                     continue
                 other = request.override(tool_call=cast(Any, call), tool=tool)
                 theirs = self._engine(other)
@@ -167,7 +164,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
                     continue
                 derived = self._pending(other, config)
                 if derived is not None:
-                    out.append(Sibling(theirs, derived))
+                    out.append(derived.sibling(theirs))
             return out
 
         return step_calls(_messages(request.state), pending.tool_call_id, siblings)

@@ -40,7 +40,6 @@ from pydantic import (
     model_serializer,
 )
 
-from . import _siblings
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import DirectCall, graph_state_messages, injected_args_keys, to_args_and_kwargs
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
@@ -77,6 +76,7 @@ class IdempotentTool(BaseTool):
         _runner: BaseTool
         _direct: DirectCall | None
         _handoff: Handoff | None
+        _peers: dict[str, "IdempotentTool"]
 
     def __init__(
         self, inner: BaseTool, *, engine: Engine, handoff: Handoff | None = None, **kwargs: Any
@@ -118,7 +118,9 @@ class IdempotentTool(BaseTool):
             if inner.handle_tool_error and direct is None
             else inner
         )
-        _siblings.register(engine.store, self)  # findable by the leader of a step's batch
+        # The tools of this one's step whose calls a batch may claim with its own: the
+        # list it was wrapped in (:func:`idempotent`), else itself.
+        self._peers = {self.name: self}
 
     # -- what the model and ToolNode see: exactly the inner tool ------------------------
 
@@ -354,22 +356,20 @@ class IdempotentTool(BaseTool):
 
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
-        it in one round trip: those of tools wrapped on the same store (:mod:`._siblings`)."""
+        it in one round trip: those of the tools wrapped with it (:mod:`._siblings`)."""
         if pending.tool_call_id is None or self.policy.approval:
             return None
-        store = self.engine.store
+        peers = self._peers
 
         def siblings(calls: list[dict[str, Any]]) -> list[Sibling]:
             out = []
             for call in calls:
-                if call.get("id") == pending.tool_call_id:
-                    out.append(Sibling(self.engine, pending))
+                tool = peers.get(call.get("name", ""))
+                if call.get("id") == pending.tool_call_id or tool is None:
                     continue
-                tool = _siblings.registered(store, call.get("name", ""))
-                if isinstance(tool, IdempotentTool):
-                    derived = tool._derive({**call, "type": "tool_call"}, config)
-                    if derived is not None:
-                        out.append(Sibling(tool.engine, derived))
+                derived = tool._derive({**call, "type": "tool_call"}, config)
+                if derived is not None:
+                    out.append(derived.sibling(tool.engine))
             return out
 
         return step_calls(graph_state_messages(config), pending.tool_call_id, siblings)
@@ -519,4 +519,11 @@ def idempotent(
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]
     # In a list, handoff= is for the handoffs in it: every other tool stays memoized.
-    return [wrap(t, handoff) for t in tool_or_tools]
+    wrapped = [wrap(t, handoff) for t in tool_or_tools]
+    # The list is a step's tools (a ToolNode's): a batch claims their calls together. A
+    # name given twice is left to claim on its own.
+    names = [t.name for t in wrapped]
+    peers = {t.name: t for t in wrapped if names.count(t.name) == 1}
+    for t in wrapped:
+        t._peers = peers if t.name in peers else {t.name: t}
+    return wrapped

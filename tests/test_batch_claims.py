@@ -20,16 +20,19 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import ensure_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from langchain_idempotent import (
     IdempotencyMiddleware,
     InMemoryIdempotencyStore,
     _siblings,
+    get_idempotency_context,
     idempotent,
 )
 from langchain_idempotent._call import PendingCall
 from langchain_idempotent.engine import Engine
+from langchain_idempotent.errors import OutcomeUnknownError
 from langchain_idempotent.policy import Policy
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest
@@ -228,7 +231,7 @@ def test_create_agent_siblingses_only_the_tools_the_middleware_names(store: Coun
 # -- a sibling that never comes ---------------------------------------------------------
 
 
-def _sibling(engine: Engine, tool_call_id: str) -> _siblings.Sibling:
+def _pending(engine: Engine, tool_call_id: str) -> PendingCall:
     pending = PendingCall.derive(
         tool="t",
         schema=None,
@@ -239,7 +242,7 @@ def _sibling(engine: Engine, tool_call_id: str) -> _siblings.Sibling:
         policy=engine.policy,
     )
     assert pending is not None
-    return _siblings.Sibling(engine, pending)
+    return pending
 
 
 def _wait_until(check: Any, timeout: float = 10.0) -> bool:
@@ -257,29 +260,30 @@ def test_a_sibling_that_never_runs_gives_its_lease_back_after_the_pickup_window(
     is abandoned, so the next claimant is still told the earlier run's outcome is unknown."""
     store = InMemoryIdempotencyStore()
     engine = Engine(store, Policy(lease=30.0, ttl=60.0))  # window: 10 s; lease: 30 s
-    me, gone, taken = (_sibling(engine, f"c{i}") for i in range(3))
+    me, gone, taken = (_pending(engine, f"c{i}") for i in range(3))
     # ``taken`` was started by a run whose lease expired: the batch takes it over.
-    key = taken.pending.derived.key
-    fp = taken.pending.derived.fingerprint
-    store.claim(key, owner="dead", fingerprint=fp, lease_ms=1, ttl_ms=60_000)
+    key = taken.derived.key
+    fp = taken.derived.fingerprint
+    store.claim(ClaimRequest(key, owner="dead", fingerprint=fp, lease_ms=1, ttl_ms=60_000))
     time.sleep(0.01)
     short = Engine(store, Policy(lease=0.3, ttl=60.0))  # a 0.1 s window for the test
     step_short = _siblings.StepCalls(
-        ("c0", "c1", "c2"),
-        lambda: [_siblings.Sibling(short, s.pending) for s in (me, gone, taken)],
+        ("c0", "c1", "c2"), lambda: [s.sibling(short) for s in (me, gone, taken)]
     )
-    mine = _siblings.take(_siblings.Sibling(short, me.pending), step_short)
+    mine = _siblings.take(me.sibling(short), step_short)
     assert mine is not None and mine.claim.outcome is ClaimOutcome.ACQUIRED
-    gone_key = gone.pending.derived.key
+    gone_key = gone.derived.key
     assert store.get(gone_key).state is State.RUNNING  # type: ignore[union-attr]
     assert _wait_until(lambda: store.get(gone_key).state is State.FREE)  # type: ignore[union-attr]
     assert _wait_until(lambda: store.get(key).lease_until == 0)  # type: ignore[union-attr]
-    again = store.claim(key, owner="next", fingerprint=fp, lease_ms=1000, ttl_ms=60_000)
+    again = store.claim(
+        ClaimRequest(key, owner="next", fingerprint=fp, lease_ms=1000, ttl_ms=60_000)
+    )
     assert again.outcome is ClaimOutcome.TAKEOVER
     assert again.reason == "lease_expired"
     # A late sibling's old claim is gone (the window passed): it leads a new batch and
     # acquires the released key afresh (the fence still grows).
-    late = _siblings.take(_siblings.Sibling(short, gone.pending), step_short)
+    late = _siblings.take(gone.sibling(short), step_short)
     assert late is not None and late.claim.outcome is ClaimOutcome.ACQUIRED
     assert late.claim.fence == 2
 
@@ -346,3 +350,151 @@ def test_each_sibling_holds_its_lease_under_the_owner_token_the_siblings_claimed
     states = sorted((r.state.value, r.fence) for r in store.inner.list())
     assert states == [("completed", 1)] * 3 + [("free", 1)]
     assert store.counts["release"] == 1
+
+
+# -- each call under its own tool's policy ------------------------------------------------
+
+
+class _Clock:
+    """A store clock that moves only when told (leases are read exactly)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _leased_tools(store: BaseIdempotencyStore, seen: dict[str, int]) -> list[BaseTool]:
+    """``charge`` and ``email``, each noting the lease left on its own record as it runs."""
+
+    def lease_left() -> int:
+        rec = store.get(get_idempotency_context().key)
+        assert rec is not None
+        return rec.lease_until - store.now_ms()
+
+    def charge(card: str) -> str:
+        seen[f"charge {card}"] = lease_left()
+        return f"charged {card}"
+
+    def email(to: str) -> str:
+        seen[f"email {to}"] = lease_left()
+        return f"mailed {to}"
+
+    return [
+        StructuredTool.from_function(charge, description="Charge a card."),
+        StructuredTool.from_function(email, description="Send an email."),
+    ]
+
+
+def test_two_same_named_tools_in_one_process_each_hold_their_own_lease_in_a_batched_step() -> None:
+    """Two agents in one process wrap ``charge`` and ``email`` with a 5 s and a 300 s lease.
+    Each agent's step is claimed in one batch, and every call holds the lease of the tool
+    that runs it (a table by name, last one wrapped wins, gave the 5 s tools 300 s)."""
+    store = CountingStore(InMemoryIdempotencyStore(clock=_Clock()))
+    step = [
+        calls(
+            call("charge", {"card": "A"}, id="p-1"),
+            call("charge", {"card": "B"}, id="p-2"),
+            call("email", {"to": "ann"}, id="p-3"),
+        ),
+        final(),
+    ]
+    leases: dict[str, dict[str, int]] = {"short": {}, "long": {}}
+    agents = {  # both wrapped before either runs
+        label: idempotent(_leased_tools(store, leases[label]), store=store, lease=lease)
+        for label, lease in (("short", 5.0), ("long", 300.0))
+    }
+    for label, wrapped in agents.items():
+        tool_graph(ScriptedChatModel(script=step), wrapped).invoke(
+            {"messages": [HumanMessage("pay")]}, thread(f"t-{label}")
+        )
+    assert leases == {
+        "short": {"charge A": 5_000, "charge B": 5_000, "email ann": 5_000},
+        "long": {"charge A": 300_000, "charge B": 300_000, "email ann": 300_000},
+    }
+    assert store.claims() == (0, 2)  # one batch per step, no single claim
+
+
+@pytest.mark.parametrize(
+    ("own", "other"), [("takeover", "raise"), ("raise", "takeover")], ids=["takes-over", "raises"]
+)
+def test_a_batched_takeover_follows_the_tools_own_on_expired_not_a_same_named_tools(
+    own: str, other: str
+) -> None:
+    """``refund``'s first attempt crashed and its lease passed. ``note``, its sibling in the
+    model message, leads the step's batch. A same-named ``refund`` wrapped elsewhere in the
+    process, last, with the other ``on_expired`` changes nothing: ``takeover`` takes over
+    and refunds once, ``raise`` raises ``OutcomeUnknownError`` and refunds nothing."""
+    clock = _Clock()
+    store = CountingStore(InMemoryIdempotencyStore(clock=clock))
+    effects = Effects()
+
+    def refund(amount: int) -> str:
+        effects.record("refund", amount=amount)
+        return f"refunded {amount}"
+
+    def note(text: str) -> str:
+        return f"noted {text}"
+
+    plain = [
+        StructuredTool.from_function(refund, description="Refund."),
+        StructuredTool.from_function(note, description="Take a note."),
+    ]
+    in_graph = idempotent(plain, store=store, lease=30, ttl=600, on_expired=own)  # type: ignore[call-overload]
+    idempotent(plain[0], store=store, lease=300, ttl=600, on_expired=other)  # type: ignore[call-overload]
+    refund_call = call("refund", {"amount": 15}, id="c1")
+    note_call = call("note", {"text": "late fee"}, id="c2")
+    ai = calls(refund_call, note_call)
+    config = ensure_config(
+        {
+            "configurable": {"thread_id": "t1", "__pregel_read": lambda ch, fresh: [ai]},
+            "metadata": {"langgraph_node": "tools"},
+        }
+    )
+    pending = in_graph[0]._derive(refund_call, config)
+    assert pending is not None
+    crashed = store.inner.claim(
+        ClaimRequest(
+            pending.derived.key,
+            owner="crashed",
+            fingerprint=pending.derived.fingerprint,
+            lease_ms=1_000,
+            ttl_ms=60_000,
+        )
+    )
+    assert crashed.outcome is ClaimOutcome.ACQUIRED
+    clock.now += 1.2  # the crashed attempt's lease has passed
+
+    assert in_graph[1].invoke(note_call, config).content == "noted late fee"
+    assert store.claims() == (0, 1)  # note led: refund was claimed in the same batch
+    if own == "takeover":
+        assert in_graph[0].invoke(refund_call, config).content == "refunded 15"
+        assert effects.count() == 1
+        rec = store.get(pending.derived.key)
+        assert rec is not None and (rec.state, rec.fence, rec.attempt) == (State.COMPLETED, 2, 2)
+    else:
+        with pytest.raises(OutcomeUnknownError):
+            in_graph[0].invoke(refund_call, config)
+        assert effects.count() == 0
+    assert store.claims() == (0, 1)  # refund took the batch's claim: no claim of its own
+
+
+def test_a_claim_made_under_another_policy_is_given_back_and_the_call_claims_its_own() -> None:
+    """The safety net: a batch that holds a claim made with a request other than the
+    call's own (here a 300 s lease for a 5 s tool) never hands it over. It is released,
+    and the call claims on its own, with its own lease."""
+    store = CountingStore(InMemoryIdempotencyStore(clock=_Clock()))
+    five, three_hundred = Engine(store, Policy(lease=5.0)), Engine(store, Policy(lease=300.0))
+    me, other = _pending(five, "g1"), _pending(five, "g2")
+    # The leader believes ``other`` runs under the 300 s engine; it runs under the 5 s one.
+    step = _siblings.StepCalls(("g1", "g2"), lambda: [other.sibling(three_hundred)])
+    mine = _siblings.take(me.sibling(five), step)
+    assert mine is not None and mine.request.lease_ms == 5_000
+    assert _siblings.take(other.sibling(five), step) is None
+    assert store.counts["release"] == 1
+    rec = store.get(other.derived.key)
+    assert rec is not None and rec.state is State.FREE
+    got = five.run(other.derived.key, fingerprint=other.derived.fingerprint, action=lambda: 1)
+    assert got == 1
+    assert store.claims() == (1, 1)

@@ -33,7 +33,7 @@ from langchain_idempotent.cli.doctor import diagnose
 from langchain_idempotent.errors import StoreUnavailableError
 from langchain_idempotent.record import State
 from langchain_idempotent.stores._url import SCHEMES, parse_store_url
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
 from langchain_idempotent.stores.postgres._sql import SCHEMA_VERSION
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
@@ -94,12 +94,14 @@ class Backend:
 
     def running(self, key: str, *, thread: str, lease_ms: int, namespace: str = "default") -> None:
         self.store.claim(
-            key,
-            owner="crashed-worker",
-            fingerprint=f"fp-{key}",
-            lease_ms=lease_ms,
-            ttl_ms=3_600_000,
-            meta=_meta(thread, namespace),
+            ClaimRequest(
+                key,
+                owner="crashed-worker",
+                fingerprint=f"fp-{key}",
+                lease_ms=lease_ms,
+                ttl_ms=3_600_000,
+                meta=_meta(thread, namespace),
+            )
         )
 
     def expired(self, key: str, *, thread: str, namespace: str = "default") -> None:
@@ -271,15 +273,19 @@ def test_show_reports_a_payload_it_cannot_decode_and_never_unpickles_it(
         ("pickled", b"pickle\n" + pickle.dumps(Exploit())),
         ("garbled", b"msgpack\n\xc1\xff\x00"),
     ):
-        claim = store.claim(key, owner="o", fingerprint="f", lease_ms=5000, ttl_ms=60_000)
+        claim = store.claim(
+            ClaimRequest(key, owner="o", fingerprint="f", lease_ms=5000, ttl_ms=60_000)
+        )
         store.complete(
-            key,
-            owner="o",
-            fence=claim.fence,
-            fingerprint="f",
-            payload=payload,
-            failed=False,
-            ttl_ms=60_000,
+            CompleteRequest(
+                key,
+                owner="o",
+                fence=claim.fence,
+                fingerprint="f",
+                payload=payload,
+                failed=False,
+                ttl_ms=60_000,
+            )
         )
         code, out, _ = run(capsys, "show", key, "--url", backend.url)
         assert code == 1
@@ -614,7 +620,7 @@ def test_doctor_finds_no_risk_on_a_replicated_aof_noeviction_redis(
             assert time.monotonic() < deadline, "the replica did not connect"
             time.sleep(0.05)
         store_from_url(primary.url).claim(
-            "k", owner="o", fingerprint="fp", lease_ms=60_000, ttl_ms=3_600_000
+            ClaimRequest("k", owner="o", fingerprint="fp", lease_ms=60_000, ttl_ms=3_600_000)
         )
         code, out, _ = run(capsys, "doctor", "--url", primary.url, "--strict", "--json")
         assert code == 0, out
@@ -1065,7 +1071,9 @@ def test_doctor_works_where_config_is_refused_and_never_prints_the_password(
         [facts] = store.describe()["servers"]
         assert {name: facts[name] for name in CONFIG_FIELDS} == dict.fromkeys(CONFIG_FIELDS)
         assert facts["redis_version"]  # INFO is still allowed
-        store.claim("k", owner="o", fingerprint="fp", lease_ms=60_000, ttl_ms=3_600_000)
+        store.claim(
+            ClaimRequest("k", owner="o", fingerprint="fp", lease_ms=60_000, ttl_ms=3_600_000)
+        )
         store.close()
         code, out, err = run(capsys, "doctor", "--url", url)
         assert code == 0, err

@@ -18,6 +18,7 @@ from langchain_idempotent import Policy
 from langchain_idempotent.cli import main
 from langchain_idempotent.engine import Engine
 from langchain_idempotent.settings import store_from_url
+from langchain_idempotent.stores.base import ClaimRequest
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
@@ -173,7 +174,7 @@ def test_shows_hint_to_resolve_names_the_url_and_options_it_was_given(
 ) -> None:
     prefix = f"h-{uuid.uuid4().hex[:6]}:"
     store = RedisIdempotencyStore.from_url(redis_server.url, prefix=prefix)
-    store.claim("crashed", owner="w", fingerprint="fp", lease_ms=1, ttl_ms=3_600_000)
+    store.claim(ClaimRequest("crashed", owner="w", fingerprint="fp", lease_ms=1, ttl_ms=3_600_000))
     store.close()
     code, out, err = run(capsys, "show", "crash", "--url", redis_server.url, "--prefix", prefix)
     assert code == 0, err

@@ -3,7 +3,9 @@
 The module below is the one ``langchain_idempotent.testing``'s docstring shows, on the
 in-memory store, run by pytest in a directory of its own (no configuration of this
 repository: pytest-asyncio in its default strict mode) with every ``PytestWarning`` an
-error: the suite passes and warns about nothing.
+error: the suite passes and warns about nothing. So does the custom store that
+docs/stores/index.md writes against the store protocol ("Write your own store"), as it
+stands on the page.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from .support.docs import runnable_snippets
 
 #: The whole in-memory contract again, in a subprocess: left out of the default run.
 pytestmark = pytest.mark.slow
@@ -36,10 +40,37 @@ class TestMyStore(StoreContractTests):
 '''
 
 
+#: The same, on the store docs/stores/index.md writes (the page's snippet, as ``my_store``).
+DOCS_STORE_TEST_MODULE = """
+from collections.abc import Iterator
+
+import pytest
+
+from langchain_idempotent.testing import StoreContractTests
+from my_store import DictStore
+
+
+class TestDictStore(StoreContractTests):
+    @pytest.fixture
+    def store(self) -> Iterator[DictStore]:
+        yield DictStore()
+"""
+
+
 def test_the_contract_suite_passes_in_a_users_project_without_a_pytest_warning(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "test_my_store.py").write_text(USERS_TEST_MODULE)
+    _passes(tmp_path, USERS_TEST_MODULE)
+
+
+def test_the_custom_store_the_docs_write_passes_the_whole_contract(tmp_path: Path) -> None:
+    (snippet,) = [s for s in runnable_snippets() if "class DictStore" in s.code]
+    (tmp_path / "my_store.py").write_text(snippet.code)
+    _passes(tmp_path, DOCS_STORE_TEST_MODULE)
+
+
+def _passes(tmp_path: Path, module: str) -> None:
+    (tmp_path / "test_my_store.py").write_text(module)
     root = Path(__file__).resolve().parents[1]
     # A user's own pytest run: nothing of this session's (xdist worker variables included).
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}

@@ -24,6 +24,7 @@ from langchain_idempotent import (
 from langchain_idempotent.context import side_effect
 from langchain_idempotent.errors import IdempotencyError, OutcomeUnknownError
 from langchain_idempotent.policy import EFFECT_CLASSES
+from langchain_idempotent.stores.base import ClaimRequest
 from langchain_idempotent.testing import FakeClock
 from tests.support.graphs import Effects, ScriptedChatModel, on_each_turn, thread
 
@@ -117,12 +118,14 @@ def test_a_takeover_re_sends_a_keyed_call_and_never_an_unsafe_one(
     # The record as a worker that died mid-call leaves it: running, its lease run out.
     store.delete(rec.key)
     store.claim(
-        rec.key,
-        owner="dead",
-        fingerprint=rec.fingerprint,
-        lease_ms=1000,
-        ttl_ms=10**6,
-        meta=rec.meta,
+        ClaimRequest(
+            rec.key,
+            owner="dead",
+            fingerprint=rec.fingerprint,
+            lease_ms=1000,
+            ttl_ms=10**6,
+            meta=rec.meta,
+        )
     )
     clock.now += 2
     with idempotency_scope(scope):

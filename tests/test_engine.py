@@ -25,7 +25,8 @@ from langchain_idempotent import (
     get_idempotency_context,
 )
 from langchain_idempotent.engine import Unmemoized
-from langchain_idempotent.record import ClaimOutcome, State
+from langchain_idempotent.record import Claim, ClaimOutcome, State
+from langchain_idempotent.stores.base import ClaimRequest
 
 
 class Refused(Exception):
@@ -35,8 +36,8 @@ class Refused(Exception):
 class DownStore(InMemoryIdempotencyStore):
     """A store whose every operation fails as an unreachable backend would."""
 
-    def claim(self, key, **kw):  # type: ignore[no-untyped-def]
-        raise StoreUnavailableError("connection refused", key=key)
+    def claim(self, request: ClaimRequest) -> Claim:
+        raise StoreUnavailableError("connection refused", key=request.key)
 
 
 def make(**policy: object) -> tuple[Engine, InMemoryIdempotencyStore, list[IdempotencyEvent]]:
@@ -109,7 +110,7 @@ async def test_concurrent_async_duplicates_wait_for_the_first_result() -> None:
 
 def test_a_waiter_gives_up_with_in_progress_after_wait_timeout() -> None:
     engine, store, _ = make(wait_timeout=0.1, lease=5)
-    store.claim("k", owner="other", fingerprint="f", lease_ms=5000, ttl_ms=60000)
+    store.claim(ClaimRequest("k", owner="other", fingerprint="f", lease_ms=5000, ttl_ms=60000))
     started = time.monotonic()
     with pytest.raises(InProgressError) as info:
         engine.run("k", fingerprint="f", action=lambda: "never")
@@ -169,7 +170,9 @@ def test_an_interrupted_run_leaves_the_key_uncertain_for_a_takeover_and_propagat
         engine.run("k", fingerprint="f", action=boom)
     rec = store.get("k")
     assert rec is not None and rec.state is State.RUNNING and rec.uncertain(store.now_ms())
-    claim = store.claim("k", owner="next", fingerprint="f", lease_ms=1000, ttl_ms=1000)
+    claim = store.claim(
+        ClaimRequest("k", owner="next", fingerprint="f", lease_ms=1000, ttl_ms=1000)
+    )
     assert (claim.outcome, claim.reason, claim.attempt) == (ClaimOutcome.TAKEOVER, "cancelled", 2)
 
 
@@ -226,7 +229,7 @@ def test_the_same_key_with_other_arguments_is_rejected() -> None:
 
 def test_an_expired_lease_is_taken_over_and_the_tool_is_told() -> None:
     engine, store, events = make(lease=0.1)
-    store.claim("k", owner="crashed", fingerprint="f", lease_ms=100, ttl_ms=60000)
+    store.claim(ClaimRequest("k", owner="crashed", fingerprint="f", lease_ms=100, ttl_ms=60000))
     time.sleep(0.15)
     seen = []
     engine.run("k", fingerprint="f", action=lambda: seen.append(get_idempotency_context()))
@@ -237,7 +240,7 @@ def test_an_expired_lease_is_taken_over_and_the_tool_is_told() -> None:
 
 def test_on_expired_raise_reports_an_unknown_outcome_and_leaves_the_record() -> None:
     engine, store, events = make(lease=0.1, on_expired="raise")
-    store.claim("k", owner="crashed", fingerprint="f", lease_ms=100, ttl_ms=60000)
+    store.claim(ClaimRequest("k", owner="crashed", fingerprint="f", lease_ms=100, ttl_ms=60000))
     time.sleep(0.15)
     with pytest.raises(OutcomeUnknownError, match="resolve"):
         engine.run("k", fingerprint="f", action=lambda: "never")

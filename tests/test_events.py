@@ -28,6 +28,7 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.record import Completion
 from langchain_idempotent.serde import ResultSerializer
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest
 
 KEY = "k-1"
 TOOL = "issue_refund"
@@ -69,15 +70,15 @@ class ReachableUntil(InMemoryIdempotencyStore):
         super().__init__(**kwargs)
         self.down = down
 
-    def claim(self, key: str, **kwargs: Any) -> Any:
+    def claim(self, request: ClaimRequest) -> Any:
         if self.down == "claim":
-            raise StoreUnavailableError("connection refused", key=key)
-        return super().claim(key, **kwargs)
+            raise StoreUnavailableError("connection refused", key=request.key)
+        return super().claim(request)
 
-    def complete(self, key: str, **kwargs: Any) -> Completion:
+    def complete(self, request: CompleteRequest) -> Completion:
         if self.down == "complete":
-            raise StoreUnavailableError("connection reset", key=key)
-        return super().complete(key, **kwargs)
+            raise StoreUnavailableError("connection reset", key=request.key)
+        return super().complete(request)
 
 
 def setup(
@@ -95,7 +96,9 @@ def run(engine: Engine, action: Any = lambda: "refunded", fingerprint: str = "fp
 
 def crashed_owner(store: InMemoryIdempotencyStore, lease_ms: int = 1000) -> None:
     """Another worker claims the key (fence 1) and never finishes."""
-    store.claim(KEY, owner="crashed", fingerprint="fp", lease_ms=lease_ms, ttl_ms=3_600_000)
+    store.claim(
+        ClaimRequest(KEY, owner="crashed", fingerprint="fp", lease_ms=lease_ms, ttl_ms=3_600_000)
+    )
 
 
 def test_a_first_run_emits_claim_then_complete_at_fence_1_attempt_1() -> None:
@@ -119,13 +122,15 @@ def test_a_duplicate_of_a_running_call_emits_wait_once_then_replay() -> None:
     finisher = threading.Timer(
         0.05,
         lambda: store.complete(
-            KEY,
-            owner="crashed",
-            fence=1,
-            fingerprint="fp",
-            payload=payload,
-            failed=False,
-            ttl_ms=60_000,
+            CompleteRequest(
+                KEY,
+                owner="crashed",
+                fence=1,
+                fingerprint="fp",
+                payload=payload,
+                failed=False,
+                ttl_ms=60_000,
+            )
         ),
     )
     finisher.start()
@@ -152,7 +157,9 @@ def test_a_renewal_that_finds_the_lease_taken_emits_lease_lost_and_the_late_resu
 
     def slow_tool() -> str:
         clock.now += 1  # the lease (0.3 s on the store's clock) passes...
-        store.claim(KEY, owner="thief", fingerprint="fp", lease_ms=60_000, ttl_ms=60_000)
+        store.claim(
+            ClaimRequest(KEY, owner="thief", fingerprint="fp", lease_ms=60_000, ttl_ms=60_000)
+        )
         assert rec.seen["lease_lost"].wait(5), "the renewal never noticed"
         return "late"
 
@@ -172,15 +179,19 @@ def test_a_completion_after_another_result_emits_stale_completion_and_returns_th
 
     def overtaken() -> str:
         clock.now += 60
-        claim = store.claim(KEY, owner="thief", fingerprint="fp", lease_ms=1000, ttl_ms=60_000)
+        claim = store.claim(
+            ClaimRequest(KEY, owner="thief", fingerprint="fp", lease_ms=1000, ttl_ms=60_000)
+        )
         store.complete(
-            KEY,
-            owner="thief",
-            fence=claim.fence,
-            fingerprint="fp",
-            payload=theirs,
-            failed=False,
-            ttl_ms=60_000,
+            CompleteRequest(
+                KEY,
+                owner="thief",
+                fence=claim.fence,
+                fingerprint="fp",
+                payload=theirs,
+                failed=False,
+                ttl_ms=60_000,
+            )
         )
         return "mine"
 
@@ -224,13 +235,15 @@ def test_a_stored_payload_that_cannot_be_decoded_emits_store_error() -> None:
     engine, store, rec, _ = setup()
     crashed_owner(store)
     store.complete(
-        KEY,
-        owner="crashed",
-        fence=1,
-        fingerprint="fp",
-        payload=b"pickle\n\x80\x04",
-        failed=False,
-        ttl_ms=60_000,
+        CompleteRequest(
+            KEY,
+            owner="crashed",
+            fence=1,
+            fingerprint="fp",
+            payload=b"pickle\n\x80\x04",
+            failed=False,
+            ttl_ms=60_000,
+        )
     )
     with pytest.raises(CorruptRecordError):
         run(engine)
@@ -282,7 +295,9 @@ def test_stats_counts_every_event_by_kind() -> None:
     run(engine)  # replay
     with pytest.raises(PayloadMismatchError):
         run(engine, fingerprint="other")  # payload_mismatch
-    store.claim("k-2", owner="crashed", fingerprint="fp", lease_ms=1000, ttl_ms=60_000)
+    store.claim(
+        ClaimRequest("k-2", owner="crashed", fingerprint="fp", lease_ms=1000, ttl_ms=60_000)
+    )
     clock.now += 2
     engine.run("k-2", fingerprint="fp", action=lambda: 1)  # takeover, complete
     assert engine.stats() == {

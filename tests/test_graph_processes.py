@@ -71,16 +71,16 @@ def build(workdir: Path, role: str) -> tuple[Any, Any, Any]:
 
     from langchain_idempotent import idempotent
     from langchain_idempotent.record import Claim
-    from langchain_idempotent.stores import SqliteIdempotencyStore
+    from langchain_idempotent.stores import ClaimRequest, SqliteIdempotencyStore
     from tests.support.graphs import ScriptedChatModel, on_each_turn, tool_graph
 
     class ObservedStore(SqliteIdempotencyStore):
         """Logs each claim's outcome, so a test can tell that a worker really waited."""
 
-        def claim(self, key: str, **kwargs: Any) -> Claim:
-            claim = super().claim(key, **kwargs)
+        def claim(self, request: ClaimRequest) -> Claim:
+            claim = super().claim(request)
             with open(workdir / "claims.log", "a") as log:
-                log.write(f"{os.getpid()} {kwargs['meta']['tool']} {claim.outcome}\n")
+                log.write(f"{os.getpid()} {(request.meta or {})['tool']} {claim.outcome}\n")
             return claim
 
     store = ObservedStore(workdir / "idempotency.db")

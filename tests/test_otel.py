@@ -25,6 +25,8 @@ from langchain_idempotent import (
     StoreUnavailableError,
 )
 from langchain_idempotent.otel import OpenTelemetryHook, event_attributes
+from langchain_idempotent.record import Claim
+from langchain_idempotent.stores.base import ClaimRequest
 
 
 @pytest.fixture
@@ -37,8 +39,8 @@ def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 
 
 class DownStore(InMemoryIdempotencyStore):
-    def claim(self, key: str, **kwargs: object) -> object:  # type: ignore[override]
-        raise StoreUnavailableError("connection refused", key=key)
+    def claim(self, request: ClaimRequest) -> Claim:
+        raise StoreUnavailableError("connection refused", key=request.key)
 
 
 def test_without_a_current_span_each_event_becomes_a_span_with_its_attributes(

@@ -47,6 +47,7 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.heartbeat import schedule_renewal
 from langchain_idempotent.record import Claim, ClaimOutcome, State
+from langchain_idempotent.stores.base import ClaimRequest
 from langchain_idempotent.stores.redis._scripts import _CLAIM_SCRIPT
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_stopped
@@ -527,7 +528,9 @@ def test_fences_strictly_increase_across_processes_releases_and_takeovers(
     run_processes(_fence_worker, 4, spec, ledger, key, 25)
     store = spec.open()
     # A crashed owner: it claims and never comes back; its lease (200 ms) runs out.
-    dead = store.claim(key, owner="crashed", fingerprint="fp", lease_ms=200, ttl_ms=60_000)
+    dead = store.claim(
+        ClaimRequest(key, owner="crashed", fingerprint="fp", lease_ms=200, ttl_ms=60_000)
+    )
     assert dead.outcome is ClaimOutcome.ACQUIRED
     engine = Engine(store, Policy(lease=30.0, wait_timeout=10.0))
     assert engine.run(key, fingerprint="fp", action=recording_action(ledger, key, 0)).endswith(
@@ -682,7 +685,11 @@ def test_threads_opening_a_fresh_sqlite_file_at_once_all_get_through(tmp_path: P
         ) -> None:
             barrier.wait(10)
             try:
-                store.claim(f"k{i}", owner=f"o{i}", fingerprint="fp", lease_ms=1000, ttl_ms=10_000)
+                store.claim(
+                    ClaimRequest(
+                        f"k{i}", owner=f"o{i}", fingerprint="fp", lease_ms=1000, ttl_ms=10_000
+                    )
+                )
             except IdempotencyError as exc:
                 failures.append(exc)
 

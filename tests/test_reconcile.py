@@ -38,7 +38,12 @@ from langchain_idempotent import (
     idempotent,
 )
 from langchain_idempotent.record import State
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.stores.base import (
+    BaseIdempotencyStore,
+    ClaimRequest,
+    CompleteRequest,
+    Held,
+)
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from tests.support.graphs import ScriptedChatModel, on_each_turn, thread
@@ -128,7 +133,9 @@ class Refunds:
         """Leave the record as a dead owner does (lease over, no result) and unwind."""
         ctx = get_idempotency_context()
         assert ctx is not None
-        assert self.store.abandon(ctx.key, owner=ctx.owner, fence=ctx.fence, reason="lease_expired")
+        assert self.store.abandon(
+            Held(ctx.key, owner=ctx.owner, fence=ctx.fence), reason="lease_expired"
+        )
         raise Died
 
     # -- hooks ------------------------------------------------------------------------
@@ -324,7 +331,9 @@ def test_a_paused_owner_that_resumes_after_a_reconciled_takeover_cannot_overwrit
     def pause() -> None:  # its lease passes while it is paused (no renewal reaches it)
         ctx = get_idempotency_context()
         assert ctx is not None
-        assert store.abandon(ctx.key, owner=ctx.owner, fence=ctx.fence, reason="lease_expired")
+        assert store.abandon(
+            Held(ctx.key, owner=ctx.owner, fence=ctx.fence), reason="lease_expired"
+        )
         paused.set()
         resume.wait(10)
 
@@ -429,21 +438,25 @@ def test_ls_uncertain_lists_only_records_whose_last_attempt_did_not_finish(
 
     store = SqliteIdempotencyStore(tmp_path / "r.db")
     for key in ("done", "cancelled", "running", "free"):
-        c = store.claim(key, owner="a", fingerprint="f", lease_ms=60_000, ttl_ms=60_000)
+        c = store.claim(
+            ClaimRequest(key, owner="a", fingerprint="f", lease_ms=60_000, ttl_ms=60_000)
+        )
         if key == "done":
             store.complete(
-                key,
-                owner="a",
-                fence=c.fence,
-                fingerprint="f",
-                payload=b"1",
-                failed=False,
-                ttl_ms=60_000,
+                CompleteRequest(
+                    key,
+                    owner="a",
+                    fence=c.fence,
+                    fingerprint="f",
+                    payload=b"1",
+                    failed=False,
+                    ttl_ms=60_000,
+                )
             )
         elif key == "cancelled":
-            assert store.abandon(key, owner="a", fence=c.fence)
+            assert store.abandon(Held(key, owner="a", fence=c.fence))
         elif key == "free":
-            assert store.release(key, owner="a", fence=c.fence)
+            assert store.release(Held(key, owner="a", fence=c.fence))
     store.close()
     url = f"sqlite:///{tmp_path / 'r.db'}"
     assert main(["ls", "--uncertain", "--json", "--url", url]) == 0

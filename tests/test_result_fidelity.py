@@ -42,7 +42,7 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.cli import main as cli_main
 from langchain_idempotent.serde import ResultSerializer
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 
@@ -308,15 +308,17 @@ def test_show_does_not_print_a_tampered_payload_as_a_result(
     url = f"sqlite:///{tmp_path / 'idem.db'}"
     store = SqliteIdempotencyStore(str(tmp_path / "idem.db"))
     payload = b"msgpack\n" + tampered_payloads(marker)["constructor, one argument"]
-    claim = store.claim("k", owner="o", fingerprint="f", lease_ms=5000, ttl_ms=60_000)
+    claim = store.claim(ClaimRequest("k", owner="o", fingerprint="f", lease_ms=5000, ttl_ms=60_000))
     store.complete(
-        "k",
-        owner="o",
-        fence=claim.fence,
-        fingerprint="f",
-        payload=payload,
-        failed=False,
-        ttl_ms=60_000,
+        CompleteRequest(
+            "k",
+            owner="o",
+            fence=claim.fence,
+            fingerprint="f",
+            payload=payload,
+            failed=False,
+            ttl_ms=60_000,
+        )
     )
     store.close()
     code = cli_main(["show", "k", "--url", url])

@@ -25,6 +25,7 @@ from langchain_idempotent.errors import (
 )
 from langchain_idempotent.events import IdempotencyEvent
 from langchain_idempotent.reconcile import ReconcileCall
+from langchain_idempotent.stores.base import ClaimRequest, Held
 from langchain_idempotent.testing import FakeClock
 
 LEASE_S = 5.0
@@ -52,10 +53,12 @@ class World:
     def died(self, key: str, *, boundary: bool, entered: bool = False) -> None:
         """A worker claimed ``key`` and died (before or inside its block): its lease runs out."""
         c = self.store.claim(
-            key, owner="dead", fingerprint="fp", lease_ms=5000, ttl_ms=60_000, boundary=boundary
+            ClaimRequest(
+                key, owner="dead", fingerprint="fp", lease_ms=5000, ttl_ms=60_000, boundary=boundary
+            )
         )
         if entered:
-            assert self.store.mark_effect(key, owner="dead", fence=c.fence)
+            assert self.store.mark_effect(Held(key, owner="dead", fence=c.fence))
         self.clock.now += LEASE_S + 1
 
     def refund(self, marked: bool) -> str:

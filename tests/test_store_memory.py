@@ -6,6 +6,7 @@ import pytest
 
 from langchain_idempotent.record import Claim, ClaimOutcome
 from langchain_idempotent.stores import InMemoryIdempotencyStore
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest
 from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 
@@ -20,7 +21,9 @@ def test_leases_and_retention_follow_the_stores_clock_not_the_wall_clock() -> No
     store = InMemoryIdempotencyStore(clock=clock)
 
     def claim(owner: str) -> Claim:
-        return store.claim("k", owner=owner, fingerprint="fp", lease_ms=1_000, ttl_ms=5_000)
+        return store.claim(
+            ClaimRequest("k", owner=owner, fingerprint="fp", lease_ms=1_000, ttl_ms=5_000)
+        )
 
     assert claim("a").outcome is ClaimOutcome.ACQUIRED
     clock.now += 0.999
@@ -30,7 +33,9 @@ def test_leases_and_retention_follow_the_stores_clock_not_the_wall_clock() -> No
     taken = claim("b")
     assert (taken.outcome, taken.fence) == (ClaimOutcome.TAKEOVER, 2)
     store.complete(
-        "k", owner="b", fence=2, fingerprint="fp", payload=b"r", failed=False, ttl_ms=5_000
+        CompleteRequest(
+            "k", owner="b", fence=2, fingerprint="fp", payload=b"r", failed=False, ttl_ms=5_000
+        )
     )
     clock.now += 4.999
     assert store.get("k") is not None

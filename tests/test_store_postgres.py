@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import Claim, ClaimOutcome, Completion
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.postgres import _listen as pg_listen
 from langchain_idempotent.stores.postgres import _sql as pg_sql
@@ -53,7 +54,7 @@ def store(pg_url: str, pg_table: str) -> Iterator[PostgresIdempotencyStore]:
 def claim(store: PostgresIdempotencyStore, key: str, owner: str, **kw: Any) -> Claim:
     kw.setdefault("lease_ms", LONG_MS)
     kw.setdefault("ttl_ms", TTL_MS)
-    return store.claim(key, owner=owner, fingerprint="fp", **kw)
+    return store.claim(ClaimRequest(key, owner=owner, fingerprint="fp", **kw))
 
 
 def complete(
@@ -61,7 +62,9 @@ def complete(
 ) -> Completion:
     kw.setdefault("ttl_ms", TTL_MS)
     return store.complete(
-        key, owner=owner, fence=fence, fingerprint="fp", payload=payload, failed=False, **kw
+        CompleteRequest(
+            key, owner=owner, fence=fence, fingerprint="fp", payload=payload, failed=False, **kw
+        )
     )
 
 
@@ -190,7 +193,9 @@ def test_a_replay_is_answered_by_a_plain_read_without_the_claim_function(
     replay = claim(store, "done", "b")
     assert (replay.outcome, replay.payload, replay.fence) == (ClaimOutcome.REPLAY, b"stored", 1)
     with pytest.raises(StoreUnavailableError, match="the claim function was called"):  # mismatch
-        store.claim("done", owner="b", fingerprint="other", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        store.claim(
+            ClaimRequest("done", owner="b", fingerprint="other", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
     with pytest.raises(StoreUnavailableError, match="the claim function was called"):
         claim(store, "fresh", "b")
 
@@ -198,8 +203,8 @@ def test_a_replay_is_answered_by_a_plain_read_without_the_claim_function(
 def test_abandon_refuses_a_reason_it_does_not_know(store: PostgresIdempotencyStore) -> None:
     c = claim(store, "k", "a")
     with pytest.raises(ValueError, match="reason must be one of"):
-        store.abandon("k", owner="a", fence=c.fence, reason="bored")  # type: ignore[arg-type]
-    assert store.renew("k", owner="a", fence=c.fence, lease_ms=LONG_MS)
+        store.abandon(Held("k", owner="a", fence=c.fence), reason="bored")  # type: ignore[arg-type]
+    assert store.renew(Held("k", owner="a", fence=c.fence), lease_ms=LONG_MS)
 
 
 def test_a_table_of_a_newer_schema_is_refused(
@@ -214,7 +219,7 @@ def test_a_table_of_a_newer_schema_is_refused(
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
         with pytest.raises(StoreUnavailableError, match="newer"):
-            fresh.claim("k", owner="a", fingerprint="fp", lease_ms=1000, ttl_ms=1000)
+            fresh.claim(ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=1000, ttl_ms=1000))
     finally:
         fresh.close()
 
@@ -420,7 +425,7 @@ def test_a_change_by_another_store_object_wakes_a_waiter_through_notify(
         c = claim(writer, "k", "a")
         changes = {
             "complete": lambda: complete(writer, "k", "a", c.fence, b"r"),
-            "release": lambda: writer.release("k", owner="a", fence=c.fence),
+            "release": lambda: writer.release(Held("k", owner="a", fence=c.fence)),
             "delete": lambda: writer.delete("k"),
         }
         timer = threading.Timer(0.3, changes[action])
@@ -441,18 +446,22 @@ async def test_an_async_waiter_is_woken_through_notify(
     monkeypatch.setattr(pg_listen, "_FIRST_POLL", 30.0)
     waiter = PostgresIdempotencyStore.from_url(pg_url, table=pg_table, poll_interval=30.0)
     writer = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
-    c = await writer.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    c = await writer.aclaim(
+        ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
 
     async def finish() -> None:
         await asyncio.sleep(0.3)
         await writer.acomplete(
-            "k",
-            owner="a",
-            fence=c.fence,
-            fingerprint="fp",
-            payload=b"r",
-            failed=False,
-            ttl_ms=TTL_MS,
+            CompleteRequest(
+                "k",
+                owner="a",
+                fence=c.fence,
+                fingerprint="fp",
+                payload=b"r",
+                failed=False,
+                ttl_ms=TTL_MS,
+            )
         )
 
     task = asyncio.create_task(finish())
@@ -521,7 +530,9 @@ async def test_a_store_on_a_sync_pool_only_serves_async_callers_too(
     pool = ConnectionPool(pg_url, min_size=1, max_size=2, kwargs={"autocommit": True}, open=True)
     try:
         store = PostgresIdempotencyStore(pool, table=pg_table)
-        c = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        c = await store.aclaim(
+            ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
         assert c.outcome is ClaimOutcome.ACQUIRED
         assert (await store.aget("k")) is not None
     finally:
@@ -537,7 +548,9 @@ async def test_a_store_on_an_async_pool_only_refuses_sync_calls_clearly(
     await apool.open()
     try:
         store = PostgresIdempotencyStore(apool, table=pg_table)
-        c = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        c = await store.aclaim(
+            ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
         assert c.outcome is ClaimOutcome.ACQUIRED
         with pytest.raises(TypeError, match="only an AsyncConnectionPool"):
             store.get("k")

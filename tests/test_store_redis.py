@@ -29,6 +29,7 @@ from redis.crc import key_slot
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.stores.redis import _scripts as redis_scripts
 from langchain_idempotent.testing import StoreContractTests
 from tests.support.redis_servers import RedisCluster, RedisSentinel, RedisServer, free_port
@@ -80,13 +81,21 @@ def claim(
     meta: dict[str, str] | None = None,
 ) -> Any:
     return store.claim(
-        key, owner=owner, fingerprint=FP, lease_ms=lease_ms, ttl_ms=ttl_ms, meta=meta
+        ClaimRequest(key, owner=owner, fingerprint=FP, lease_ms=lease_ms, ttl_ms=ttl_ms, meta=meta)
     )
 
 
 def complete(store: RedisIdempotencyStore, key: str, owner: str, fence: int, payload: bytes) -> Any:
     return store.complete(
-        key, owner=owner, fence=fence, fingerprint=FP, payload=payload, failed=False, ttl_ms=TTL_MS
+        CompleteRequest(
+            key,
+            owner=owner,
+            fence=fence,
+            fingerprint=FP,
+            payload=payload,
+            failed=False,
+            ttl_ms=TTL_MS,
+        )
     )
 
 
@@ -132,19 +141,25 @@ def test_a_record_is_one_hash_whose_key_and_channel_share_a_cluster_slot(
 def test_retention_is_max_of_ttl_and_lease_on_claim_and_ttl_on_completion(
     redis_store: RedisIdempotencyStore, r: redis.Redis
 ) -> None:
-    redis_store.claim("lease-longer", owner="a", fingerprint=FP, lease_ms=60_000, ttl_ms=10_000)
+    redis_store.claim(
+        ClaimRequest("lease-longer", owner="a", fingerprint=FP, lease_ms=60_000, ttl_ms=10_000)
+    )
     assert 55_000 < r.pttl(rkey(redis_store, "lease-longer")) <= 60_000
 
-    c = redis_store.claim("ttl-longer", owner="a", fingerprint=FP, lease_ms=1_000, ttl_ms=TTL_MS)
+    c = redis_store.claim(
+        ClaimRequest("ttl-longer", owner="a", fingerprint=FP, lease_ms=1_000, ttl_ms=TTL_MS)
+    )
     assert TTL_MS - 5_000 < r.pttl(rkey(redis_store, "ttl-longer")) <= TTL_MS
     redis_store.complete(
-        "ttl-longer",
-        owner="a",
-        fence=c.fence,
-        fingerprint=FP,
-        payload=b"r",
-        failed=False,
-        ttl_ms=5_000,
+        CompleteRequest(
+            "ttl-longer",
+            owner="a",
+            fence=c.fence,
+            fingerprint=FP,
+            payload=b"r",
+            failed=False,
+            ttl_ms=5_000,
+        )
     )
     assert 0 < r.pttl(rkey(redis_store, "ttl-longer")) <= 5_000
 
@@ -152,10 +167,12 @@ def test_retention_is_max_of_ttl_and_lease_on_claim_and_ttl_on_completion(
 def test_renew_raises_the_expiry_to_the_lease_and_release_keeps_it(
     redis_store: RedisIdempotencyStore, r: redis.Redis
 ) -> None:
-    c = redis_store.claim("k", owner="a", fingerprint=FP, lease_ms=1_000, ttl_ms=2_000)
-    assert redis_store.renew("k", owner="a", fence=c.fence, lease_ms=30_000)
+    c = redis_store.claim(
+        ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=1_000, ttl_ms=2_000)
+    )
+    assert redis_store.renew(Held("k", owner="a", fence=c.fence), lease_ms=30_000)
     assert 25_000 < r.pttl(rkey(redis_store, "k")) <= 30_000
-    assert redis_store.release("k", owner="a", fence=c.fence)
+    assert redis_store.release(Held("k", owner="a", fence=c.fence))
     assert 25_000 < r.pttl(rkey(redis_store, "k")) <= 30_000
 
 
@@ -166,7 +183,7 @@ def test_fences_keep_increasing_after_release_because_the_free_record_keeps_its_
     for owner in ("a", "b", "c", "d"):
         c = claim(redis_store, "k", owner)
         fences.append(c.fence)
-        assert redis_store.release("k", owner=owner, fence=c.fence)
+        assert redis_store.release(Held("k", owner=owner, fence=c.fence))
         fields = r.hgetall(rkey(redis_store, "k"))
         assert (fields[b"state"], fields[b"owner"]) == (b"free", b"")
         assert int(fields[b"fence"]) == c.fence
@@ -180,8 +197,8 @@ def test_a_stale_owner_cannot_renew_release_or_overwrite_the_new_owners_result(
     time.sleep(0.15)
     new = claim(redis_store, "k", "b")
     assert (new.outcome, new.fence) == (ClaimOutcome.TAKEOVER, old.fence + 1)
-    assert not redis_store.renew("k", owner="a", fence=old.fence, lease_ms=LONG_MS)
-    assert not redis_store.release("k", owner="a", fence=old.fence)
+    assert not redis_store.renew(Held("k", owner="a", fence=old.fence), lease_ms=LONG_MS)
+    assert not redis_store.release(Held("k", owner="a", fence=old.fence))
     assert complete(redis_store, "k", "b", new.fence, b"new").stored
     late = complete(redis_store, "k", "a", old.fence, b"old")
     assert (late.stored, late.stale, late.payload) == (False, True, b"new")
@@ -259,7 +276,7 @@ async def test_an_async_waiter_is_woken_by_the_completion_message_within_a_few_m
     for i in range(5):
         key = f"k{i}"
         c = await redis_store.aclaim(
-            key, owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS
+            ClaimRequest(key, owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
         )
         waiter = asyncio.create_task(redis_store.awatch(key, fence=c.fence, timeout=5.0))
         channel = rkey(redis_store, key) + ":done"
@@ -270,13 +287,15 @@ async def test_an_async_waiter_is_woken_by_the_completion_message_within_a_few_m
         await asyncio.sleep(0.05)
         done = time.monotonic()
         await redis_store.acomplete(
-            key,
-            owner="a",
-            fence=c.fence,
-            fingerprint=FP,
-            payload=b"r",
-            failed=False,
-            ttl_ms=TTL_MS,
+            CompleteRequest(
+                key,
+                owner="a",
+                fence=c.fence,
+                fingerprint=FP,
+                payload=b"r",
+                failed=False,
+                ttl_ms=TTL_MS,
+            )
         )
         await asyncio.wait_for(waiter, 5)
         latencies.append(time.monotonic() - done)
@@ -297,7 +316,7 @@ def test_a_release_and_an_operator_delete_wake_waiters_too(
         wait_for_subscriber(r, rkey(redis_store, key) + ":done")
         started = time.monotonic()
         if action == "release":
-            assert redis_store.release(key, owner="a", fence=c.fence)
+            assert redis_store.release(Held(key, owner="a", fence=c.fence))
         else:
             assert redis_store.delete(key)
         waiter.join(5)
@@ -311,9 +330,9 @@ def test_a_release_and_an_operator_delete_wake_waiters_too(
 def _every_operation(store: RedisIdempotencyStore) -> dict[str, Callable[[], object]]:
     return {
         "claim": lambda: claim(store, "k", "a"),
-        "renew": lambda: store.renew("k", owner="a", fence=1, lease_ms=1000),
+        "renew": lambda: store.renew(Held("k", owner="a", fence=1), lease_ms=1000),
         "complete": lambda: complete(store, "k", "a", 1, b"r"),
-        "release": lambda: store.release("k", owner="a", fence=1),
+        "release": lambda: store.release(Held("k", owner="a", fence=1)),
         "get": lambda: store.get("k"),
         "delete": lambda: store.delete("k"),
         "watch": lambda: store.watch("k", fence=1, timeout=1.0),
@@ -433,11 +452,15 @@ async def test_an_async_connection_closed_under_a_write_is_a_store_error_not_a_c
     conn.__class__ = type("Racy", (normal,), {"is_connected": property(lambda self: True)})
     conn._writer = None  # closed by another task after the check
     with pytest.raises(StoreUnavailableError, match="closed under a write") as info:
-        await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        await store.aclaim(
+            ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
     assert isinstance(info.value.__cause__, redis.ConnectionError)
     conn.__class__ = normal
     await conn.disconnect()
-    claimed = await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    claimed = await store.aclaim(
+        ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
     assert claimed.outcome is ClaimOutcome.ACQUIRED
     await store.aclose()
 
@@ -457,7 +480,9 @@ async def test_an_async_connection_closed_under_a_write_once_is_retried_at_once(
 
     conn.__class__ = type("Racy", (normal,), {"is_connected": property(racy)})
     conn._writer = None
-    claimed = await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    claimed = await store.aclaim(
+        ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
     assert claimed.outcome is ClaimOutcome.ACQUIRED  # even with retries=0
     await store.aclose()
 
@@ -471,13 +496,17 @@ async def test_a_hung_server_times_out_on_the_async_path_too(server: RedisServer
     try:
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError) as info:
-            await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+            await store.aclaim(
+                ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+            )
         assert time.monotonic() - started < 0.3 * 2 + 1.0
         assert info.value.key == "k"
         assert isinstance(info.value.__cause__, redis.TimeoutError)
     finally:
         server.resume()
-    retried = await store.aclaim("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    retried = await store.aclaim(
+        ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
     assert retried.outcome in (ClaimOutcome.ACQUIRED, ClaimOutcome.OWNED)
     await store.aclose()
 
@@ -642,7 +671,9 @@ async def test_noscript_after_script_flush_is_handled(
         r.script_flush()
         key = f"k{i}"
         if path == "async":
-            c = await store.aclaim(key, owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+            c = await store.aclaim(
+                ClaimRequest(key, owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+            )
         else:
             c = claim(store, key, "a")
         assert c.outcome is ClaimOutcome.ACQUIRED
@@ -752,7 +783,7 @@ async def test_a_planted_pickle_payload_is_handed_back_as_bytes_and_never_unpick
     replay = claim(redis_store, "k", "b")
     assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, planted)
     areplay = await redis_store.aclaim(
-        "k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS
+        ClaimRequest("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
     )
     assert areplay.payload == planted
     rec = redis_store.get("k")
@@ -895,7 +926,9 @@ async def test_a_unix_socket_url_works(tmp_path: Path) -> None:
         assert s.running
         store = RedisIdempotencyStore.from_url(f"unix://{sock}")
         assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
-        c = await store.aclaim("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        c = await store.aclaim(
+            ClaimRequest("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
         assert c.outcome is ClaimOutcome.BUSY
         await store.aclose()
 
@@ -907,7 +940,9 @@ async def test_from_sentinel_follows_the_master_sentinel_names(server: RedisServ
         )
         c = claim(store, "k", "a")
         complete(store, "k", "a", c.fence, b"r")
-        replay = await store.aclaim("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        replay = await store.aclaim(
+            ClaimRequest("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
         assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, b"r")
         assert server.client().exists(rkey(store, "k"))
         await store.aclose()
@@ -946,11 +981,15 @@ async def test_the_protocol_runs_on_a_three_master_cluster(
     await asyncio.wait_for(waiter, 5)
     assert time.monotonic() - started < 0.25
 
-    replay = await store.aclaim("k0", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    replay = await store.aclaim(
+        ClaimRequest("k0", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
     assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, b"r")
-    assert await store.arelease("k1", owner="a", fence=1)
+    assert await store.arelease(Held("k1", owner="a", fence=1))
     assert (
-        await store.aclaim("k1", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        await store.aclaim(
+            ClaimRequest("k1", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+        )
     ).fence == 2
     assert sorted(rec.key for rec in store.list(thread_id="t")) == sorted(keys)
     assert len(await store.alist(thread_id="t")) == len(keys)

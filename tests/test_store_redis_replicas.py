@@ -23,7 +23,7 @@ from langchain_idempotent.errors import StoreUnavailableError
 from langchain_idempotent.events import IdempotencyEvent
 from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
-from langchain_idempotent.stores.base import ClaimRequest
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from tests.support.redis_servers import RedisServer, wait_replicating
 
 pytestmark = pytest.mark.redis
@@ -76,18 +76,22 @@ def paused(server: RedisServer) -> Iterator[None]:
 
 
 def claim(store: RedisIdempotencyStore, key: str, owner: str = "a") -> Any:
-    return store.claim(key, owner=owner, fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    return store.claim(
+        ClaimRequest(key, owner=owner, fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    )
 
 
 def complete(store: RedisIdempotencyStore, key: str, fence: int, owner: str = "a") -> Any:
     return store.complete(
-        key,
-        owner=owner,
-        fence=fence,
-        fingerprint="fp",
-        payload=b"result",
-        failed=False,
-        ttl_ms=TTL_MS,
+        CompleteRequest(
+            key,
+            owner=owner,
+            fence=fence,
+            fingerprint="fp",
+            payload=b"result",
+            failed=False,
+            ttl_ms=TTL_MS,
+        )
     )
 
 
@@ -119,21 +123,35 @@ async def test_with_replicas_the_async_path_waits_too(
 ) -> None:
     primary, _replica = replicated
     store = store_on(primary, prefix, replicas=1, replica_timeout=timedelta(seconds=2))
-    warm = await store.aclaim("warm", owner="a", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    warm = await store.aclaim(
+        ClaimRequest("warm", owner="a", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    )
     await store.acomplete(
-        "warm", owner="a", fence=warm.fence, fingerprint="fp", payload=b"", failed=False, ttl_ms=1
+        CompleteRequest(
+            "warm",
+            owner="a",
+            fence=warm.fence,
+            fingerprint="fp",
+            payload=b"",
+            failed=False,
+            ttl_ms=1,
+        )
     )  # both scripts loaded
     before = waits(primary)
-    granted = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    granted = await store.aclaim(
+        ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    )
     assert granted.outcome is ClaimOutcome.ACQUIRED
     done = await store.acomplete(
-        "k",
-        owner="a",
-        fence=granted.fence,
-        fingerprint="fp",
-        payload=b"result",
-        failed=False,
-        ttl_ms=TTL_MS,
+        CompleteRequest(
+            "k",
+            owner="a",
+            fence=granted.fence,
+            fingerprint="fp",
+            payload=b"result",
+            failed=False,
+            ttl_ms=TTL_MS,
+        )
     )
     assert done.stored
     assert waits(primary) - before == 2
@@ -185,7 +203,9 @@ async def test_an_unacknowledged_async_claim_is_released_and_refused(
 ) -> None:
     store = store_on(alone, prefix, replicas=1, replica_timeout=0.05)
     with pytest.raises(StoreUnavailableError, match="was not run"):
-        await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+        await store.aclaim(
+            ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+        )
     record = await store.aget("k")
     assert record is not None and record.state is State.FREE
     await store.aclose()
@@ -199,14 +219,16 @@ def test_an_unacknowledged_takeover_is_given_back_uncertain_not_as_a_clean_key(
     # the key would be FREE and c would start cleanly, never asking reconcile=; abandoned,
     # c takes over, told the effect may have happened.
     writer = store_on(alone, prefix)
-    first = writer.claim("k", owner="a", fingerprint="fp", lease_ms=1, ttl_ms=TTL_MS, boundary=True)
-    assert writer.mark_effect("k", owner="a", fence=first.fence)
+    first = writer.claim(
+        ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=1, ttl_ms=TTL_MS, boundary=True)
+    )
+    assert writer.mark_effect(Held("k", owner="a", fence=first.fence))
     time.sleep(0.01)
     store = store_on(alone, prefix, replicas=1, replica_timeout=0.05)
     take = ClaimRequest("k", "b", "fp", LEASE_MS, TTL_MS, boundary=True)
     with pytest.raises(StoreUnavailableError, match="replica") as refused:
         if face == "one":
-            store.claim(**take.kwargs())
+            store.claim(take)
         else:
             store.claim_many([take, ClaimRequest("other", "b", "fp", LEASE_MS, TTL_MS)])
     # The message says what happened: the takeover was not released.
@@ -216,7 +238,9 @@ def test_an_unacknowledged_takeover_is_given_back_uncertain_not_as_a_clean_key(
     assert record is not None and record.state is State.RUNNING and record.effect == "entered"
     if face == "batch":  # the fresh claim beside it is released as before
         assert writer.get("other").state is State.FREE  # type: ignore[union-attr]
-    nxt = writer.claim("k", owner="c", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    nxt = writer.claim(
+        ClaimRequest("k", owner="c", fingerprint="fp", lease_ms=LEASE_MS, ttl_ms=TTL_MS)
+    )
     assert (nxt.outcome, nxt.entered) == (ClaimOutcome.TAKEOVER, True)
     writer.close()
     store.close()

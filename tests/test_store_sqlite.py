@@ -25,6 +25,7 @@ import pytest
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
 from langchain_idempotent.record import ClaimOutcome, Completion, State
 from langchain_idempotent.stores import SqliteIdempotencyStore
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.stores.sqlite import _store as sqlite_module
 from langchain_idempotent.testing import FakeClock, StoreContractTests
 
@@ -60,7 +61,7 @@ def store(db_path: Path) -> Iterator[SqliteIdempotencyStore]:
 def claim(store: SqliteIdempotencyStore, key: str, owner: str, **kw: Any) -> Any:
     kw.setdefault("lease_ms", LONG_MS)
     kw.setdefault("ttl_ms", TTL_MS)
-    return store.claim(key, owner=owner, fingerprint="fp", **kw)
+    return store.claim(ClaimRequest(key, owner=owner, fingerprint="fp", **kw))
 
 
 def complete(
@@ -68,7 +69,9 @@ def complete(
 ) -> Completion:
     kw.setdefault("ttl_ms", TTL_MS)
     return store.complete(
-        key, owner=owner, fence=fence, fingerprint="fp", payload=payload, failed=False, **kw
+        CompleteRequest(
+            key, owner=owner, fence=fence, fingerprint="fp", payload=payload, failed=False, **kw
+        )
     )
 
 
@@ -176,7 +179,7 @@ def test_records_survive_closing_and_reopening_the_file(db_path: Path) -> None:
 def test_a_closed_store_reconnects_on_next_use(store: SqliteIdempotencyStore) -> None:
     c = claim(store, "k", "a")
     store.close()
-    assert store.renew("k", owner="a", fence=c.fence, lease_ms=LONG_MS)
+    assert store.renew(Held("k", owner="a", fence=c.fence), lease_ms=LONG_MS)
     store.close()
     assert store.get("k") is not None
 
@@ -235,8 +238,8 @@ def test_a_corrupt_row_is_refused_with_the_key_and_can_still_be_deleted(
         "get": lambda: store.get("bad"),
         "claim": lambda: claim(store, "bad", "b"),
         "complete": lambda: complete(store, "bad", "b", 1, b"other"),
-        "renew": lambda: store.renew("bad", owner="a", fence=1, lease_ms=LONG_MS),
-        "release": lambda: store.release("bad", owner="a", fence=1),
+        "renew": lambda: store.renew(Held("bad", owner="a", fence=1), lease_ms=LONG_MS),
+        "release": lambda: store.release(Held("bad", owner="a", fence=1)),
         "list": lambda: store.list(thread_id="t"),
     }
     for name, op in operations.items():
@@ -392,7 +395,7 @@ def test_a_change_through_another_store_object_wakes_a_waiter_without_polling(
     c = claim(writer, "k", "a")
     changes = {
         "complete": lambda: complete(writer, "k", "a", c.fence, b"r"),
-        "release": lambda: writer.release("k", owner="a", fence=c.fence),
+        "release": lambda: writer.release(Held("k", owner="a", fence=c.fence)),
         "delete": lambda: writer.delete("k"),
     }
     timer = threading.Timer(0.1, changes[action])
@@ -411,18 +414,22 @@ async def test_a_completion_in_this_process_wakes_an_async_waiter_without_pollin
 ) -> None:
     monkeypatch.setattr(sqlite_module, "_FIRST_POLL", 30.0)
     store = SqliteIdempotencyStore(db_path, poll_interval=30.0)
-    c = await store.aclaim("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    c = await store.aclaim(
+        ClaimRequest("k", owner="a", fingerprint="fp", lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
 
     async def finish() -> None:
         await asyncio.sleep(0.1)
         await store.acomplete(
-            "k",
-            owner="a",
-            fence=c.fence,
-            fingerprint="fp",
-            payload=b"r",
-            failed=False,
-            ttl_ms=TTL_MS,
+            CompleteRequest(
+                "k",
+                owner="a",
+                fence=c.fence,
+                fingerprint="fp",
+                payload=b"r",
+                failed=False,
+                ttl_ms=TTL_MS,
+            )
         )
 
     task = asyncio.create_task(finish())

@@ -19,6 +19,7 @@ from langchain_idempotent import (
     OutcomeUnknownError,
     Policy,
 )
+from langchain_idempotent.stores.base import ClaimRequest
 
 
 def test_wait_timeout_none_means_no_deadline_and_other_values_are_unchanged() -> None:
@@ -80,7 +81,7 @@ def test_a_finite_wait_timeout_gives_up_on_the_same_long_renewed_owner() -> None
 def test_an_owner_that_died_holds_an_unbounded_waiter_only_until_its_lease_expires() -> None:
     store = InMemoryIdempotencyStore()
     # A dead owner: it claimed and will never renew, complete or release.
-    store.claim("k", owner="dead", fingerprint="f", lease_ms=400, ttl_ms=60_000)
+    store.claim(ClaimRequest("k", owner="dead", fingerprint="f", lease_ms=400, ttl_ms=60_000))
     events: list[IdempotencyEvent] = []
     waiter = Engine(store, Policy(lease=5, wait_timeout=None), on_event=events.append)
     started = time.monotonic()
@@ -91,7 +92,7 @@ def test_an_owner_that_died_holds_an_unbounded_waiter_only_until_its_lease_expir
 
 def test_an_unbounded_waiter_raises_outcome_unknown_after_a_dead_owner_when_told_to() -> None:
     store = InMemoryIdempotencyStore()
-    store.claim("k", owner="dead", fingerprint="f", lease_ms=300, ttl_ms=60_000)
+    store.claim(ClaimRequest("k", owner="dead", fingerprint="f", lease_ms=300, ttl_ms=60_000))
     waiter = Engine(store, Policy(lease=5, wait_timeout=None, on_expired="raise"))
     with pytest.raises(OutcomeUnknownError):
         waiter.run("k", fingerprint="f", action=lambda: "ran")

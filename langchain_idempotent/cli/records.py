@@ -17,6 +17,7 @@ from pydantic_core import to_jsonable_python
 from ..errors import CorruptRecordError, IdempotencyError
 from ..record import Record, State
 from ..serde import ResultSerializer
+from ..stores.base import CompleteRequest, Held
 from ._common import Refused, again, confirm, nothing_there, redact
 
 if TYPE_CHECKING:
@@ -342,7 +343,7 @@ def resolve(
     )
     if payload is None:
         confirm(f"Free {rec.key} ({who})? The next call runs the tool again.", yes=args.yes)
-        if not store.release(rec.key, owner=rec.owner, fence=rec.fence):
+        if not store.release(Held(rec.key, rec.owner, rec.fence)):
             raise Refused(
                 f"record {rec.key} changed since it was read (another caller claimed or "
                 f"completed it); nothing was done. `{again(args, 'show', rec.key)}` shows it now"
@@ -353,14 +354,16 @@ def resolve(
     confirm(f"Store this result for {rec.key} ({who})? Every later call replays it.", yes=args.yes)
     ttl = args.ttl if args.ttl is not None else settings.policy().ttl_s
     completion = store.complete(
-        rec.key,
-        owner=rec.owner,
-        fence=rec.fence,
-        fingerprint=rec.fingerprint,
-        payload=payload,
-        failed=False,
-        ttl_ms=max(1, int(ttl * 1000)),
-        meta=rec.meta,
+        CompleteRequest(
+            rec.key,
+            rec.owner,
+            rec.fence,
+            rec.fingerprint,
+            payload,
+            failed=False,
+            ttl_ms=max(1, int(ttl * 1000)),
+            meta=rec.meta,
+        )
     )
     if not completion.stored:
         raise Refused(

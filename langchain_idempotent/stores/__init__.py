@@ -16,6 +16,8 @@ from .._lazy import exports
 _STORES: dict[str, str] = {
     "BaseIdempotencyStore": "base",
     "ClaimRequest": "base",
+    "CompleteRequest": "base",
+    "Held": "base",
     "InMemoryIdempotencyStore": "memory",
     "SqliteIdempotencyStore": "sqlite",
     "RedisIdempotencyStore": "redis",
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from ._url import parse_store_url as parse_store_url
     from .base import BaseIdempotencyStore as BaseIdempotencyStore
     from .base import ClaimRequest as ClaimRequest
+    from .base import CompleteRequest as CompleteRequest
+    from .base import Held as Held
     from .memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from ..protocol import decide_abandon, decide_mark_effect, decide_release
 from ..record import Record, UncertainReason
 from ._wakeup import Wakeup
-from .base import BaseIdempotencyStore
+from .base import BaseIdempotencyStore, Held
 
 __all__ = ["DecidesInPython", "Decision"]
 
@@ -33,34 +33,35 @@ class DecidesInPython(BaseIdempotencyStore):
         """``decide(record, now)`` on the live record under ``key``, atomically, then write
         the record it decides with the record's expiry kept; returns the answer."""
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
+    def release(self, held: Held) -> bool:
         ok = self._keeping_expiry(
-            key, lambda rec, now: decide_release(rec, owner=owner, fence=fence, now=now)
+            held.key,
+            lambda rec, now: decide_release(rec, owner=held.owner, fence=held.fence, now=now),
         )
         if ok:
-            self._wakeup.notify(key)
+            self._wakeup.notify(held.key)
         return ok
 
     def abandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
         ok = self._keeping_expiry(
-            key,
+            held.key,
             lambda rec, now: decide_abandon(
-                rec, owner=owner, fence=fence, reason=reason, now=now, error_type=error_type
+                rec,
+                owner=held.owner,
+                fence=held.fence,
+                reason=reason,
+                now=now,
+                error_type=error_type,
             ),
         )
         if ok:
-            self._wakeup.notify(key)
+            self._wakeup.notify(held.key)
         return ok
 
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+    def mark_effect(self, held: Held) -> bool:
         return self._keeping_expiry(
-            key, lambda rec, now: decide_mark_effect(rec, owner=owner, fence=fence, now=now)
+            held.key,
+            lambda rec, now: decide_mark_effect(rec, owner=held.owner, fence=held.fence, now=now),
         )

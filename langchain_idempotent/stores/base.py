@@ -4,6 +4,13 @@ clock, and operator helpers.
 Every operation has an ``a``-prefixed async twin. The default async twins run the sync
 operation in a worker thread; stores with a native async client override them.
 
+A claim and a completion are values: :meth:`~BaseIdempotencyStore.claim` takes a
+:class:`ClaimRequest` (``claim_many`` a sequence of them) and
+:meth:`~BaseIdempotencyStore.complete` a :class:`CompleteRequest`, built once per call by
+the engine. A new field of either touches the value, the protocol and each backend's
+encoding, not every signature. What a holder does with its lease (renew, release,
+abandon, the side-effect mark) takes the :class:`Held` lease: key, owner token, fence.
+
 Stores never raise for an expected "no" (busy, lost lease, already completed): those are
 return values. They raise :class:`~langchain_idempotent.errors.StoreUnavailableError`
 when the backend cannot be reached and
@@ -22,16 +29,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import decide_claim
+from ..protocol import decide_claim, decide_complete
 from ..record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 
-__all__ = ["BaseIdempotencyStore", "ClaimRequest"]
+__all__ = ["BaseIdempotencyStore", "ClaimRequest", "CompleteRequest", "Held"]
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
-    """One claim of a batch (:meth:`BaseIdempotencyStore.claim_many`): the arguments
-    :meth:`BaseIdempotencyStore.claim` takes, as a value."""
+    """One claim (:meth:`BaseIdempotencyStore.claim`, one of a batch for
+    :meth:`~BaseIdempotencyStore.claim_many`): take ``key`` for ``owner`` with a lease of
+    ``lease_ms``, a record kept ``ttl_ms``, a payload ``fingerprint``; ``on_expired`` says
+    what an expired lease means, ``meta`` is stored with a new record, ``boundary``: the
+    tool marks its side effect (:meth:`~BaseIdempotencyStore.mark_effect`)."""
 
     key: str
     owner: str
@@ -47,20 +57,6 @@ class ClaimRequest:
             raise ValueError("a ClaimRequest needs a non-empty string key")
         if not isinstance(self.owner, str) or not self.owner:
             raise ValueError(f"ClaimRequest for {self.key!r} needs a non-empty owner token")
-
-    def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :meth:`BaseIdempotencyStore.claim` for this request."""
-        return {
-            "key": self.key,
-            "owner": self.owner,
-            "fingerprint": self.fingerprint,
-            "lease_ms": self.lease_ms,
-            "ttl_ms": self.ttl_ms,
-            "on_expired": self.on_expired,
-            "meta": self.meta,
-            # Only when set: a store written before boundaries keeps taking the call.
-            **({"boundary": True} if self.boundary else {}),
-        }
 
     def decide(self, rec: Record | None, now: int) -> tuple[Claim, Record | None]:
         """:func:`~langchain_idempotent.protocol.decide_claim` for this request at ``now``:
@@ -78,26 +74,57 @@ class ClaimRequest:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CompleteRequest:
+    """One completion (:meth:`BaseIdempotencyStore.complete`): store ``payload`` (a result,
+    or with ``failed`` a stored failure) once for ``key``, as ``owner`` at ``fence``, kept
+    ``ttl_ms``; ``fingerprint`` and ``meta`` go into a record that expired meanwhile."""
+
+    key: str
+    owner: str
+    fence: int
+    fingerprint: str
+    payload: bytes
+    failed: bool
+    ttl_ms: int
+    meta: Mapping[str, str] | None = None
+
+    def decide(self, rec: Record | None, now: int) -> tuple[Completion, Record | None]:
+        """:func:`~langchain_idempotent.protocol.decide_complete` for this request at
+        ``now``: the answer and the record to write (for stores that decide in Python)."""
+        return decide_complete(
+            rec,
+            key=self.key,
+            owner=self.owner,
+            fence=self.fence,
+            fingerprint=self.fingerprint,
+            payload=self.payload,
+            failed=self.failed,
+            now=now,
+            meta=self.meta,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A lease as its holder names it: the ``key``, the ``owner`` token it was claimed with
+    and the ``fence`` the claim answered. Only the current holder's renew, release,
+    abandon or side-effect mark takes effect."""
+
+    key: str
+    owner: str
+    fence: int
+
+
 class BaseIdempotencyStore(ABC):
     """Where leases and memoized results live. See :mod:`langchain_idempotent.protocol`."""
 
     # -- record operations -------------------------------------------------------------
 
     @abstractmethod
-    def claim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
+    def claim(self, request: ClaimRequest) -> Claim:
         """Replay, acquire, take over (or retry), or report busy / mismatch / expired —
-        atomically. ``boundary``: the tool marks its side effect (:meth:`mark_effect`)."""
+        atomically."""
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """Every request's :meth:`claim`, in order, answered as sequential claims would be
@@ -105,40 +132,24 @@ class BaseIdempotencyStore(ABC):
         by one; stores that can override it with one round trip (one lock hold, one
         transaction, one pipeline, one statement). A store error raises for the whole
         batch; the claims made before it stand (their leases expire or are released)."""
-        return [self.claim(**r.kwargs()) for r in requests]
+        return [self.claim(r) for r in requests]
 
     @abstractmethod
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        """Extend the lease; ``False`` when the caller no longer owns it."""
+    def renew(self, held: Held, lease_ms: int) -> bool:
+        """Extend the lease to ``lease_ms`` from now; ``False`` when ``held`` is no longer
+        the current holder."""
 
     @abstractmethod
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
+    def complete(self, request: CompleteRequest) -> Completion:
         """Store the result once; later completions get the stored payload back."""
 
     @abstractmethod
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
+    def release(self, held: Held) -> bool:
         """Free the key after a retryable error; only for the current owner and fence."""
 
     @abstractmethod
     def abandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
         """Give the key up with its outcome unknown (the owner was cancelled mid-tool, or
         its tool raised after its effect may have begun); only for the current owner and
@@ -147,7 +158,7 @@ class BaseIdempotencyStore(ABC):
         ``"error"``: carried in the owner, :func:`~langchain_idempotent.record.abandoned_owner`).
         Wakes waiters like a release. The engine passes ``error_type`` only when it has one."""
 
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
+    def mark_effect(self, held: Held) -> bool:
         """Record, before the tool's side effect starts, that its attempt entered the
         side-effect block; only for the current owner and fence (``False``: the lease is
         lost, the effect must not start). One atomic write."""
@@ -223,72 +234,29 @@ class BaseIdempotencyStore(ABC):
 
     # -- async twins ------------------------------------------------------------------
 
-    async def aclaim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        return await asyncio.to_thread(lambda: self.claim(**request.kwargs()))
+    async def aclaim(self, request: ClaimRequest) -> Claim:
+        return await asyncio.to_thread(self.claim, request)
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """:meth:`claim_many` for async callers; this default awaits :meth:`aclaim` in order."""
-        return [await self.aclaim(**r.kwargs()) for r in requests]
+        return [await self.aclaim(r) for r in requests]
 
-    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return await asyncio.to_thread(self.renew, key, owner=owner, fence=fence, lease_ms=lease_ms)
+    async def arenew(self, held: Held, lease_ms: int) -> bool:
+        return await asyncio.to_thread(self.renew, held, lease_ms)
 
-    async def acomplete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        return await asyncio.to_thread(
-            self.complete,
-            key,
-            owner=owner,
-            fence=fence,
-            fingerprint=fingerprint,
-            payload=payload,
-            failed=failed,
-            ttl_ms=ttl_ms,
-            meta=meta,
-        )
+    async def acomplete(self, request: CompleteRequest) -> Completion:
+        return await asyncio.to_thread(self.complete, request)
 
-    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        return await asyncio.to_thread(self.release, key, owner=owner, fence=fence)
+    async def arelease(self, held: Held) -> bool:
+        return await asyncio.to_thread(self.release, held)
 
     async def aabandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        return await asyncio.to_thread(
-            self.abandon, key, owner=owner, fence=fence, reason=reason, error_type=error_type
-        )
+        return await asyncio.to_thread(self.abandon, held, reason, error_type)
 
-    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return await asyncio.to_thread(self.mark_effect, key, owner=owner, fence=fence)
+    async def amark_effect(self, held: Held) -> bool:
+        return await asyncio.to_thread(self.mark_effect, held)
 
     async def aget(self, key: str) -> Record | None:
         return await asyncio.to_thread(self.get, key)

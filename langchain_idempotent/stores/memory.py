@@ -12,17 +12,14 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..protocol import (
-    decide_complete,
-    decide_renew,
-)
-from ..record import Claim, Completion, ExpiredPolicy, Record, State, UncertainReason
+from ..protocol import decide_renew
+from ..record import Claim, Completion, Record, State, UncertainReason
 from ._deciding import DecidesInPython, Decision
 from ._wakeup import Wakeup
-from .base import ClaimRequest
+from .base import ClaimRequest, CompleteRequest, Held
 
 __all__ = ["InMemoryIdempotencyStore"]
 
@@ -60,21 +57,7 @@ class InMemoryIdempotencyStore(DecidesInPython):
             return None
         return entry[0]
 
-    def claim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
+    def claim(self, request: ClaimRequest) -> Claim:
         with self._lock:
             return self._claim(request, self.now_ms())
 
@@ -91,44 +74,25 @@ class InMemoryIdempotencyStore(DecidesInPython):
             self._records[r.key] = (new, now + max(r.ttl_ms, r.lease_ms))
         return answer
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+    def renew(self, held: Held, lease_ms: int) -> bool:
+        key = held.key
         with self._lock:
             now = self.now_ms()
             entry = self._records.get(key)
             ok, new = decide_renew(
-                self._read(key, now), owner=owner, fence=fence, now=now, lease_ms=lease_ms
+                self._read(key, now), owner=held.owner, fence=held.fence, now=now, lease_ms=lease_ms
             )
             if new is not None and entry is not None:
                 self._records[key] = (new, max(entry[1], now + lease_ms))
             return ok
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
+    def complete(self, request: CompleteRequest) -> Completion:
+        key = request.key
         with self._lock:
             now = self.now_ms()
-            answer, new = decide_complete(
-                self._read(key, now),
-                key=key,
-                owner=owner,
-                fence=fence,
-                fingerprint=fingerprint,
-                payload=payload,
-                failed=failed,
-                now=now,
-                meta=meta,
-            )
+            answer, new = request.decide(self._read(key, now), now)
             if new is not None:
-                self._records[key] = (new, now + ttl_ms)
+                self._records[key] = (new, now + request.ttl_ms)
         self._wakeup.notify(key)
         return answer
 
@@ -200,68 +164,28 @@ class InMemoryIdempotencyStore(DecidesInPython):
 
     # The async twins: every operation is a short critical section, so run it inline.
 
-    async def aclaim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        return self.claim(**request.kwargs())
+    async def aclaim(self, request: ClaimRequest) -> Claim:
+        return self.claim(request)
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         return self.claim_many(requests)
 
-    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return self.renew(key, owner=owner, fence=fence, lease_ms=lease_ms)
+    async def arenew(self, held: Held, lease_ms: int) -> bool:
+        return self.renew(held, lease_ms)
 
-    async def acomplete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        return self.complete(
-            key,
-            owner=owner,
-            fence=fence,
-            fingerprint=fingerprint,
-            payload=payload,
-            failed=failed,
-            ttl_ms=ttl_ms,
-            meta=meta,
-        )
+    async def acomplete(self, request: CompleteRequest) -> Completion:
+        return self.complete(request)
 
-    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        return self.release(key, owner=owner, fence=fence)
+    async def arelease(self, held: Held) -> bool:
+        return self.release(held)
 
     async def aabandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        return self.abandon(key, owner=owner, fence=fence, reason=reason, error_type=error_type)
+        return self.abandon(held, reason, error_type)
 
-    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return self.mark_effect(key, owner=owner, fence=fence)
+    async def amark_effect(self, held: Held) -> bool:
+        return self.mark_effect(held)
 
     async def aget(self, key: str) -> Record | None:
         return self.get(key)

@@ -2,9 +2,11 @@
 
 A store answers through its sync operations (``claim``, ``renew``, ...) and through their
 ``a``-prefixed async twins. Each guarantee of the contract is written once, against a
-:class:`Face`: an adapter whose methods are all ``async``. The ``sync`` face calls
-``store.claim(...)`` inline — on the caller's thread, never in a worker — so its coroutines
-finish without ever suspending; the ``async`` face awaits ``store.aclaim(...)``. The
+:class:`Face`: an adapter whose methods are all ``async`` and spell a request by its
+fields (``face.claim(key, "a", lease_ms=150)`` is ``store.claim(ClaimRequest(...))``). The
+``sync`` face calls ``store.claim(...)`` inline — on the caller's thread, never in a worker —
+so its coroutines finish without ever suspending; the ``async`` face awaits
+``store.aclaim(...)``. The
 ``face`` fixture gives every test both, so the async twins are held to exactly the checks
 the sync operations are.
 """
@@ -29,7 +31,7 @@ from ..record import (
     UncertainReason,
     abandon_kwargs,
 )
-from ..stores.base import BaseIdempotencyStore, ClaimRequest
+from ..stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 
 #: A lease that never expires during a test.
 LONG_MS = 60_000
@@ -117,7 +119,7 @@ class Face:
         request = ClaimRequest(
             key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
         )
-        return await self._call(self.store.claim, self.store.aclaim, **request.kwargs())
+        return await self._call(self.store.claim, self.store.aclaim, request)
 
     async def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         s = self.store
@@ -125,7 +127,7 @@ class Face:
 
     async def renew(self, key: str, *, owner: str, fence: int, lease_ms: int = LONG_MS) -> bool:
         s = self.store
-        return await self._call(s.renew, s.arenew, key, owner=owner, fence=fence, lease_ms=lease_ms)
+        return await self._call(s.renew, s.arenew, Held(key, owner, fence), lease_ms)
 
     async def complete(
         self,
@@ -139,23 +141,12 @@ class Face:
         ttl_ms: int = TTL_MS,
         meta: Mapping[str, str] | None = None,
     ) -> Completion:
-        s = self.store
-        return await self._call(
-            s.complete,
-            s.acomplete,
-            key,
-            owner=owner,
-            fence=fence,
-            fingerprint=fingerprint,
-            payload=payload,
-            failed=failed,
-            ttl_ms=ttl_ms,
-            meta=meta,
-        )
+        request = CompleteRequest(key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
+        return await self._call(self.store.complete, self.store.acomplete, request)
 
     async def release(self, key: str, *, owner: str, fence: int) -> bool:
         s = self.store
-        return await self._call(s.release, s.arelease, key, owner=owner, fence=fence)
+        return await self._call(s.release, s.arelease, Held(key, owner, fence))
 
     async def abandon(
         self,
@@ -168,11 +159,11 @@ class Face:
     ) -> bool:
         s = self.store
         uncertain = abandon_kwargs(reason, error_type)
-        return await self._call(s.abandon, s.aabandon, key, owner=owner, fence=fence, **uncertain)
+        return await self._call(s.abandon, s.aabandon, Held(key, owner, fence), **uncertain)
 
     async def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
         s = self.store
-        return await self._call(s.mark_effect, s.amark_effect, key, owner=owner, fence=fence)
+        return await self._call(s.mark_effect, s.amark_effect, Held(key, owner, fence))
 
     async def get(self, key: str) -> Record | None:
         return await self._call(self.store.get, self.store.aget, key)

@@ -29,6 +29,7 @@ import pytest
 from langchain_idempotent import Engine, Policy, StoreUnavailableError
 from langchain_idempotent.record import State
 from langchain_idempotent.stores import RedisIdempotencyStore
+from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_until
 from tests.support.redis_servers import RedisServer, free_port, wait_replicating
 
@@ -198,15 +199,19 @@ def primary_and_replica() -> Iterator[tuple[RedisServer, RedisServer, FaultProxy
 def _claim_and_complete(store: Any, key: str) -> float:
     """One claim and one completion through the store; the seconds they took."""
     started = time.perf_counter()
-    granted = store.claim(key, owner="o", fingerprint="fp", lease_ms=30_000, ttl_ms=600_000)
+    granted = store.claim(
+        ClaimRequest(key, owner="o", fingerprint="fp", lease_ms=30_000, ttl_ms=600_000)
+    )
     store.complete(
-        key,
-        owner="o",
-        fence=granted.fence,
-        fingerprint="fp",
-        payload=b"ok",
-        failed=False,
-        ttl_ms=600_000,
+        CompleteRequest(
+            key,
+            owner="o",
+            fence=granted.fence,
+            fingerprint="fp",
+            payload=b"ok",
+            failed=False,
+            ttl_ms=600_000,
+        )
     )
     return time.perf_counter() - started
 

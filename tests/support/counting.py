@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_idempotent.record import Claim, Completion, Record, UncertainReason
-from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest
+from langchain_idempotent.stores.base import (
+    BaseIdempotencyStore,
+    ClaimRequest,
+    CompleteRequest,
+    Held,
+)
 
 
 class CountingStore(BaseIdempotencyStore):
@@ -34,13 +39,13 @@ class CountingStore(BaseIdempotencyStore):
         with self._lock:
             self.counts.clear()
 
-    def claim(self, key: str, **kw: Any) -> Claim:
+    def claim(self, request: ClaimRequest) -> Claim:
         self._count("claim")
-        return self.inner.claim(key, **kw)
+        return self.inner.claim(request)
 
-    async def aclaim(self, key: str, **kw: Any) -> Claim:
+    async def aclaim(self, request: ClaimRequest) -> Claim:
         self._count("aclaim")
-        return await self.inner.aclaim(key, **kw)
+        return await self.inner.aclaim(request)
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         self._count("claim_many")
@@ -50,57 +55,41 @@ class CountingStore(BaseIdempotencyStore):
         self._count("aclaim_many")
         return await self.inner.aclaim_many(requests)
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+    def renew(self, held: Held, lease_ms: int) -> bool:
         self._count("renew")
-        return self.inner.renew(key, owner=owner, fence=fence, lease_ms=lease_ms)
+        return self.inner.renew(held, lease_ms)
 
-    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+    async def arenew(self, held: Held, lease_ms: int) -> bool:
         self._count("arenew")
-        return await self.inner.arenew(key, owner=owner, fence=fence, lease_ms=lease_ms)
+        return await self.inner.arenew(held, lease_ms)
 
-    def complete(self, key: str, **kw: Any) -> Completion:
+    def complete(self, request: CompleteRequest) -> Completion:
         self._count("complete")
-        return self.inner.complete(key, **kw)
+        return self.inner.complete(request)
 
-    async def acomplete(self, key: str, **kw: Any) -> Completion:
+    async def acomplete(self, request: CompleteRequest) -> Completion:
         self._count("acomplete")
-        return await self.inner.acomplete(key, **kw)
+        return await self.inner.acomplete(request)
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
+    def release(self, held: Held) -> bool:
         self._count("release")
-        return self.inner.release(key, owner=owner, fence=fence)
+        return self.inner.release(held)
 
-    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
+    async def arelease(self, held: Held) -> bool:
         self._count("arelease")
-        return await self.inner.arelease(key, owner=owner, fence=fence)
+        return await self.inner.arelease(held)
 
     def abandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
         self._count("abandon")
-        return self.inner.abandon(
-            key, owner=owner, fence=fence, reason=reason, error_type=error_type
-        )
+        return self.inner.abandon(held, reason, error_type)
 
     async def aabandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
         self._count("aabandon")
-        return await self.inner.aabandon(
-            key, owner=owner, fence=fence, reason=reason, error_type=error_type
-        )
+        return await self.inner.aabandon(held, reason, error_type)
 
     def get(self, key: str) -> Record | None:
         return self.inner.get(key)

@@ -12,7 +12,12 @@ from dataclasses import replace
 from typing import Any
 
 from langchain_idempotent.record import Claim, ClaimOutcome, Completion, State
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.stores.base import (
+    BaseIdempotencyStore,
+    ClaimRequest,
+    CompleteRequest,
+    Held,
+)
 
 
 class Planted:
@@ -28,22 +33,22 @@ class Planted:
 class ClaimIgnoresLiveLease(Planted):
     """A claim that finds another owner's live lease takes the key anyway (as if absent)."""
 
-    def claim(self, key: str, **kw: Any) -> Claim:
-        got = self.store.claim(key, **kw)
+    def claim(self, request: ClaimRequest) -> Claim:
+        got = self.store.claim(request)
         if got.outcome is ClaimOutcome.BUSY:
-            self.store.delete(key)
-            got = self.store.claim(key, **kw)
+            self.store.delete(request.key)
+            got = self.store.claim(request)
         return got
 
 
 class CompleteOverwrites(Planted):
     """Completion is not write-once: a later completion replaces the stored result."""
 
-    def complete(self, key: str, **kw: Any) -> Completion:
-        got = self.store.complete(key, **kw)
+    def complete(self, request: CompleteRequest) -> Completion:
+        got = self.store.complete(request)
         if not got.stored:
-            self.store.delete(key)
-            got = self.store.complete(key, **kw)
+            self.store.delete(request.key)
+            got = self.store.complete(request)
             got = replace(got, stale=False)
         return got
 
@@ -51,32 +56,32 @@ class CompleteOverwrites(Planted):
 class ReleaseWithoutOwnerCheck(Planted):
     """Release frees the key whoever asks (the reference approach's unconditional DEL)."""
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
-        if self.store.release(key, owner=owner, fence=fence):
+    def release(self, held: Held) -> bool:
+        if self.store.release(held):
             return True
-        rec = self.store.get(key)
+        rec = self.store.get(held.key)
         if rec is None or rec.state is not State.RUNNING:
             return False
-        return self.store.release(key, owner=rec.owner, fence=rec.fence)
+        return self.store.release(Held(held.key, rec.owner, rec.fence))
 
 
 class RenewWithoutFenceCheck(Planted):
     """Renew extends whatever lease is on the key, a stale owner's call included."""
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        if self.store.renew(key, owner=owner, fence=fence, lease_ms=lease_ms):
+    def renew(self, held: Held, lease_ms: int) -> bool:
+        if self.store.renew(held, lease_ms):
             return True
-        rec = self.store.get(key)
+        rec = self.store.get(held.key)
         if rec is None or rec.state is not State.RUNNING or rec.owner.startswith("!"):
             return False
-        return self.store.renew(key, owner=rec.owner, fence=rec.fence, lease_ms=lease_ms)
+        return self.store.renew(Held(held.key, rec.owner, rec.fence), lease_ms)
 
 
 class CompleteAcksWithoutWriting(Planted):
     """Acknowledges a completion it never wrote (a write lost after the reply)."""
 
-    def complete(self, key: str, **kw: Any) -> Completion:
-        return Completion(stored=True, stale=False, failed=kw["failed"], payload=kw["payload"])
+    def complete(self, request: CompleteRequest) -> Completion:
+        return Completion(stored=True, stale=False, failed=request.failed, payload=request.payload)
 
 
 PLANTS: dict[str, Callable[[BaseIdempotencyStore], Planted]] = {

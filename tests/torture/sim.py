@@ -38,7 +38,12 @@ from langchain_idempotent.errors import (
 )
 from langchain_idempotent.policy import Policy
 from langchain_idempotent.reconcile import ReconcileCall
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.stores.base import (
+    BaseIdempotencyStore,
+    ClaimRequest,
+    CompleteRequest,
+    Held,
+)
 
 from .history import CallLog, History, Restart
 
@@ -209,20 +214,20 @@ class _RecorderBase(BaseIdempotencyStore):
     def _ask(self, kind: str, key: str, args: dict[str, Any]) -> Any:
         return self._run.request(kind, key, args)
 
-    def claim(self, key: str, **kw: Any) -> Any:  # type: ignore[override]
-        return self._ask("claim", key, kw)
+    def claim(self, request: ClaimRequest) -> Any:
+        return self._ask("claim", *_flat(request))
 
-    def renew(self, key: str, **kw: Any) -> Any:  # type: ignore[override]
-        return self._ask("renew", key, kw)
+    def renew(self, held: Held, lease_ms: int) -> Any:
+        return self._ask("renew", *_flat(held, lease_ms=lease_ms))
 
-    def complete(self, key: str, **kw: Any) -> Any:  # type: ignore[override]
-        return self._ask("complete", key, kw)
+    def complete(self, request: CompleteRequest) -> Any:
+        return self._ask("complete", *_flat(request))
 
-    def release(self, key: str, **kw: Any) -> Any:  # type: ignore[override]
-        return self._ask("release", key, kw)
+    def release(self, held: Held) -> Any:
+        return self._ask("release", *_flat(held))
 
-    def abandon(self, key: str, **kw: Any) -> Any:  # type: ignore[override]
-        return self._ask("abandon", key, kw)
+    def abandon(self, held: Held, reason: Any = "cancelled") -> Any:
+        return self._ask("abandon", *_flat(held, reason=reason))
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
         self._ask("watch", key, {"fence": fence, "timeout": timeout})
@@ -246,25 +251,47 @@ class _RecorderBase(BaseIdempotencyStore):
         return self._run.backend.store.list(**kw)
 
 
+def _flat(value: Any, **more: Any) -> tuple[str, dict[str, Any]]:
+    """A request or a held lease as the history records an operation: its key, and every
+    other field (with the operation's further arguments) by name."""
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return fields.pop("key"), {**fields, **more}
+
+
+#: The value each operation takes (the others take a :class:`Held` lease first).
+_VALUES: dict[str, type[Any]] = {"claim": ClaimRequest, "complete": CompleteRequest}
+
+
+def _call_args(kind: str, key: str, args: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The store call of a recorded operation: :func:`_flat` undone."""
+    kw = dict(args)
+    positional = kw.pop("_args", ())
+    if kind in _VALUES:
+        return (_VALUES[kind](key, **kw), *positional), {}
+    return (Held(key, kw.pop("owner"), kw.pop("fence")), *positional), kw
+
+
 def _forwarder(name: str) -> Callable[..., Any]:
-    def op(self: _RecorderBase, key: str, *args: Any, **kw: Any) -> Any:
+    def op(self: _RecorderBase, value: Any, *args: Any, **kw: Any) -> Any:
+        key, flat = _flat(value, **kw)
         if args:
-            kw["_args"] = args
-        return self._ask(name, key, kw)
+            flat["_args"] = args
+        return self._ask(name, key, flat)
 
     op.__name__ = name
     return op
 
 
 def _record_operations() -> list[str]:
-    """The store's record operations: public sync methods whose first argument is ``key``
-    (operator helpers aside)."""
+    """The store's record operations: public sync methods that take a request or a held
+    lease (operator helpers aside)."""
     out = []
     for name, fn in vars(BaseIdempotencyStore).items():
         twin = name.startswith("a") and name[1:] in vars(BaseIdempotencyStore)
         if twin or name.startswith("_") or name in ("get", "delete", "watch", "purge"):
             continue
-        if callable(fn) and list(inspect.signature(fn).parameters)[1:2] == ["key"]:
+        first = list(inspect.signature(fn).parameters)[1:2] if callable(fn) else []
+        if first in (["request"], ["held"]):
             out.append(name)
     return out
 
@@ -510,10 +537,9 @@ class Run:
             store = self.plant(store)
         if req.kind == "point":
             return
-        kw = dict(req.args)
-        positional = kw.pop("_args", ())
+        positional, kw = _call_args(req.kind, req.key, req.args)
         try:
-            answer = getattr(store, req.kind)(req.key, *positional, **kw)
+            answer = getattr(store, req.kind)(*positional, **kw)
         except IdempotencyError as exc:
             req.error = exc
             answer = None

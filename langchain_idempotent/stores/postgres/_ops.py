@@ -11,12 +11,12 @@ schema's advisory lock); every other operation is one statement, one round trip.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from ...errors import CorruptRecordError
 from ...record import Claim, Completion, Record, UncertainReason, abandoned_owner
-from ..base import ClaimRequest
+from ..base import ClaimRequest, CompleteRequest, Held
 from ._pools import Op, Stmt, single
 from ._sql import _claim_answer, _completion, _decode, _live, _meta, _Queries
 
@@ -131,44 +131,39 @@ def claim_many_op(q: _Queries, requests: Sequence[ClaimRequest]) -> Op[list[Clai
     return single(Stmt(q.claim_many, params, fetch="all"), decode)
 
 
-def renew_op(q: _Queries, key: str, owner: str, fence: int, lease_ms: int) -> Op[bool]:
-    params = (int(lease_ms), int(lease_ms), key, owner, fence)
+def renew_op(q: _Queries, held: Held, lease_ms: int) -> Op[bool]:
+    params = (int(lease_ms), int(lease_ms), *_held(held))
     return single(Stmt(q.renew, params), lambda row: row is not None)
 
 
-def complete_op(
-    q: _Queries,
-    key: str,
-    owner: str,
-    fence: int,
-    fingerprint: str,
-    payload: bytes,
-    failed: bool,
-    ttl_ms: int,
-    meta: Mapping[str, str] | None,
-) -> Op[Completion]:
-    params = (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta), False)
-    return single(Stmt(q.complete, params), lambda row: _completion(key, row, q.table))
+def complete_params(r: CompleteRequest, *, strict: bool) -> tuple[Any, ...]:
+    """The parameters of ``<table>_complete`` (``strict``: only for the lease's holder, in
+    its transaction; :mod:`._transaction`)."""
+    return (*_held(r), r.fingerprint, r.payload, r.failed, int(r.ttl_ms), _meta(r.meta), strict)
 
 
-def mark_effect_op(q: _Queries, key: str, owner: str, fence: int) -> Op[bool]:
-    return single(Stmt(q.mark_effect, (key, owner, fence)), lambda row: row is not None)
+def complete_op(q: _Queries, r: CompleteRequest) -> Op[Completion]:
+    params = complete_params(r, strict=False)
+    return single(Stmt(q.complete, params), lambda row: _completion(r.key, row, q.table))
 
 
-def release_op(q: _Queries, key: str, owner: str, fence: int) -> Op[bool]:
-    return single(Stmt(q.release, (key, owner, fence)), _counted)
+def mark_effect_op(q: _Queries, held: Held) -> Op[bool]:
+    return single(Stmt(q.mark_effect, _held(held)), lambda row: row is not None)
+
+
+def release_op(q: _Queries, held: Held) -> Op[bool]:
+    return single(Stmt(q.release, _held(held)), _counted)
 
 
 def abandon_op(
-    q: _Queries,
-    key: str,
-    owner: str,
-    fence: int,
-    reason: UncertainReason,
-    error_type: str | None = None,
+    q: _Queries, held: Held, reason: UncertainReason, error_type: str | None = None
 ) -> Op[bool]:
-    params = (abandoned_owner(reason, error_type), key, owner, fence)
+    params = (abandoned_owner(reason, error_type), *_held(held))
     return single(Stmt(q.abandon, params), _counted)
+
+
+def _held(held: Held | CompleteRequest) -> tuple[str, str, int]:
+    return (held.key, held.owner, held.fence)
 
 
 def probe_op(q: _Queries, key: str) -> Op[tuple[Record | None, int]]:

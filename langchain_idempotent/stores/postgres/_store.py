@@ -89,8 +89,8 @@ from typing import Any, TypeVar
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ...errors import StoreUnavailableError
-from ...record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
-from ..base import BaseIdempotencyStore, ClaimRequest
+from ...record import Claim, Completion, Record, UncertainReason
+from ..base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 from ._describe import describe_op
 from ._listen import _Waiters
 from ._ops import (
@@ -256,123 +256,57 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
 
     # -- record operations: each described once (an Op, :mod:`._ops`), run by _run / _arun
 
-    def claim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        op = claim_op(self._q, request, sweep=self._sweep)
-        return self._run(key, op)
+    def claim(self, request: ClaimRequest) -> Claim:
+        return self._run(request.key, claim_op(self._q, request, sweep=self._sweep))
 
-    async def aclaim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        op = claim_op(self._q, request, sweep=self._sweep)
-        return await self._arun(key, op)
+    async def aclaim(self, request: ClaimRequest) -> Claim:
+        return await self._arun(request.key, claim_op(self._q, request, sweep=self._sweep))
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """Every claim in one statement (``unnest`` + ``LATERAL`` over the claim function,
         :mod:`._sql`): one round trip, one transaction, answers in request order."""
         if len(requests) < 2:  # one claim: its own statement reads a replay cheapest
-            return [self.claim(**r.kwargs()) for r in requests]
+            return [self.claim(r) for r in requests]
         return self._run(requests[0].key, claim_many_op(self._q, requests))
 
     async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         if len(requests) < 2:
-            return [await self.aclaim(**r.kwargs()) for r in requests]
+            return [await self.aclaim(r) for r in requests]
         return await self._arun(requests[0].key, claim_many_op(self._q, requests))
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return self._run(key, renew_op(self._q, key, owner, fence, lease_ms))
+    def renew(self, held: Held, lease_ms: int) -> bool:
+        return self._run(held.key, renew_op(self._q, held, lease_ms))
 
-    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return await self._arun(key, renew_op(self._q, key, owner, fence, lease_ms))
+    async def arenew(self, held: Held, lease_ms: int) -> bool:
+        return await self._arun(held.key, renew_op(self._q, held, lease_ms))
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        op = complete_op(self._q, key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        return self._run(key, op)
+    def complete(self, request: CompleteRequest) -> Completion:
+        return self._run(request.key, complete_op(self._q, request))
 
-    async def acomplete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        op = complete_op(self._q, key, owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        return await self._arun(key, op)
+    async def acomplete(self, request: CompleteRequest) -> Completion:
+        return await self._arun(request.key, complete_op(self._q, request))
 
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return self._run(key, mark_effect_op(self._q, key, owner, fence))
+    def mark_effect(self, held: Held) -> bool:
+        return self._run(held.key, mark_effect_op(self._q, held))
 
-    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        return await self._arun(key, mark_effect_op(self._q, key, owner, fence))
+    async def amark_effect(self, held: Held) -> bool:
+        return await self._arun(held.key, mark_effect_op(self._q, held))
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
-        return self._run(key, release_op(self._q, key, owner, fence))
+    def release(self, held: Held) -> bool:
+        return self._run(held.key, release_op(self._q, held))
 
-    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        return await self._arun(key, release_op(self._q, key, owner, fence))
+    async def arelease(self, held: Held) -> bool:
+        return await self._arun(held.key, release_op(self._q, held))
 
     def abandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        return self._run(key, abandon_op(self._q, key, owner, fence, reason, error_type))
+        return self._run(held.key, abandon_op(self._q, held, reason, error_type))
 
     async def aabandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        return await self._arun(key, abandon_op(self._q, key, owner, fence, reason, error_type))
+        return await self._arun(held.key, abandon_op(self._q, held, reason, error_type))
 
     def get(self, key: str) -> Record | None:
         return self._run(key, probe_op(self._q, key))[0]

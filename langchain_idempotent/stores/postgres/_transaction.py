@@ -13,7 +13,6 @@ or raises never commits. Either way the connection goes back to its pool with it
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
 from typing import Any
 
 from psycopg.rows import tuple_row
@@ -21,8 +20,10 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ...errors import CorruptRecordError, StoreUnavailableError
 from ...record import Completion
+from ..base import CompleteRequest
+from ._ops import complete_params
 from ._pools import _ERRORS
-from ._sql import _completion, _meta, _Queries
+from ._sql import _completion, _Queries
 
 __all__ = ["AsyncPostgresTransaction", "PostgresTransaction"]
 
@@ -50,31 +51,16 @@ class PostgresTransaction:
             self._finish()
             raise StoreUnavailableError(f"PostgreSQL: {exc}") from exc
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
+    def complete(self, request: CompleteRequest) -> Completion:
         """Write the completion and commit, or roll back when the lease is no longer ours.
 
         Raises :class:`StoreUnavailableError` when the connection fails: whether the
         transaction committed is then unknown (a retry replays it, or takes over).
         """
-        conn, q = self.connection, self._q
+        conn, q, key = self.connection, self._q, request.key
         try:
             with conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(
-                    q.complete,
-                    (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta),
-                     True),
-                )  # fmt: skip
+                cur.execute(q.complete, complete_params(request, strict=True))
                 answer = _completion(key, cur.fetchone(), q.table)
             if answer.stored:
                 conn.commit()
@@ -133,26 +119,11 @@ class AsyncPostgresTransaction:
             raise StoreUnavailableError(f"PostgreSQL: {exc}") from exc
         return self
 
-    async def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        conn, q = self.connection, self._q
+    async def complete(self, request: CompleteRequest) -> Completion:
+        conn, q, key = self.connection, self._q, request.key
         try:
             async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(
-                    q.complete,
-                    (key, owner, fence, fingerprint, payload, failed, int(ttl_ms), _meta(meta),
-                     True),
-                )  # fmt: skip
+                await cur.execute(q.complete, complete_params(request, strict=True))
                 answer = _completion(key, await cur.fetchone(), q.table)
             if answer.stored:
                 await conn.commit()

@@ -46,7 +46,7 @@ from ...record import (
     UncertainReason,
     parse_reason,
 )
-from ..base import ClaimRequest
+from ..base import ClaimRequest, CompleteRequest, Held
 
 _log = logging.getLogger("langchain_idempotent.stores.redis")
 #: Ask redis-py for raw bytes whatever the client's ``decode_responses``.
@@ -464,18 +464,11 @@ def _claim_args(r: ClaimRequest) -> list[Any]:
     return args
 
 
-def _complete_args(
-    owner: str,
-    fence: int,
-    fingerprint: str,
-    payload: bytes,
-    failed: bool,
-    ttl_ms: int,
-    meta: Mapping[str, str] | None,
-) -> list[Any]:
-    args: list[Any] = [owner, fence, fingerprint, payload, 1 if failed else 0, ttl_ms, _VERSION]
-    if meta:
-        for name, value in meta.items():
+def _complete_args(r: CompleteRequest) -> list[Any]:
+    args: list[Any] = [r.owner, r.fence, r.fingerprint, r.payload, 1 if r.failed else 0]
+    args += (r.ttl_ms, _VERSION)
+    if r.meta:
+        for name, value in r.meta.items():
             args += (name, value)
     return args
 
@@ -488,6 +481,12 @@ def _reason(reply: Any) -> tuple[UncertainReason | None, str | None]:
     if found is None:
         raise KeyError(reply[6])
     return found
+
+
+def _held_args(held: Held, *before_version: int) -> tuple[Any, ...]:
+    """The ``ARGV`` a holder's script starts with: owner, fence, (renew: the lease,) the
+    format version."""
+    return (held.owner, held.fence, *before_version, _VERSION)
 
 
 def _to_claim(reply: Any, key: str) -> Claim:

@@ -35,7 +35,7 @@ Spec:
 - **Errors.** Every redis-py error (connection refused or reset, socket timeout after the
   configured retries, ``LOADING``, ``CLUSTERDOWN``, ``TRYAGAIN``, ``READONLY``, ``OOM``,
   ``NOPERM``, ...) becomes :class:`~langchain_idempotent.errors.StoreUnavailableError` with
-  the key, chained with ``raise ... from``, in one place. A record that is not a well-
+  the key, chained with ``raise ... from``, at one boundary. A record that is not a well-
   formed hash of this format version (wrong type, missing or garbled fields, unknown
   version) raises :class:`~langchain_idempotent.errors.CorruptRecordError`; the scripts
   refuse it with a ``CORRUPT`` error reply before deciding anything. ``list`` skips such
@@ -88,9 +88,10 @@ from __future__ import annotations
 import builtins
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -99,13 +100,12 @@ from ...errors import StoreUnavailableError
 from ...record import (
     Claim,
     Completion,
-    ExpiredPolicy,
     Record,
     UncertainReason,
     abandoned_owner,
     uncertain_kwargs,
 )
-from ..base import BaseIdempotencyStore, ClaimRequest
+from ..base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 from ._clients import (
     AsyncClient,
     SyncClient,
@@ -127,19 +127,44 @@ from ._scripts import (
     _RAW,
     _RELEASE_SCRIPT,
     _RENEW_SCRIPT,
-    _VERSION,
     _aexecute,
     _aexecute_many,
     _claim_args,
     _complete_args,
     _execute,
     _execute_many,
+    _held_args,
     _Script,
     _to_record,
 )
 from ._watch import awatch_once, watch_once
 
 __all__ = ["RedisIdempotencyStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Eval:
+    """A round trip of :meth:`RedisIdempotencyStore._claims`: one script on one key, and
+    the ``WAIT`` sent right behind it; answered ``(reply, acknowledgements)``."""
+
+    script: _Script
+    key: str
+    args: Sequence[Any]
+    wait: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _EvalMany:
+    """The claim script once per ``(redis key, args)`` in one pipeline (``key``: the first
+    request's, for retries and errors); answered ``(replies, acknowledgements)``."""
+
+    key: str
+    calls: Sequence[tuple[str, Sequence[Any]]]
+    wait: tuple[Any, ...] | None
+
+
+_Trip = _Eval | _EvalMany
+T = TypeVar("T")
 
 
 # -- the store ---------------------------------------------------------------------------
@@ -331,205 +356,166 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
             await self._clients.acheck_eviction(client)
         return answer
 
-    # -- record operations --------------------------------------------------------------
+    # -- the claims: one flow, two runners -----------------------------------------------
 
-    def claim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        args = _claim_args(request)
-        wait = self._durability.wait
-        replied = self._eval_acked(_CLAIM_SCRIPT, key, args, wait)
-        claim, unacked = self._durability.claim(key, *replied)
-        if unacked is not None:
-            self._give_back(key, owner, claim)
-            raise unacked
-        return claim
+    # A claim, a batch and the give-back of a claim too few replicas acknowledged are one
+    # generator (:meth:`_claims`) that yields the round trips it needs (:class:`_Eval`,
+    # :class:`_EvalMany`) and decides on their replies; :meth:`_run` / :meth:`_arun`
+    # perform them, with the same retries and error translation as every operation, and
+    # throw a store error back into the flow.
 
-    async def aclaim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        args = _claim_args(request)
-        wait = self._durability.wait
-        replied = await self._aeval_acked(_CLAIM_SCRIPT, key, args, wait)
-        claim, unacked = self._durability.claim(key, *replied)
-        if unacked is not None:
-            await self._agive_back(key, owner, claim)
-            raise unacked
-        return claim
+    def _run(self, flow: Generator[_Trip, Any, T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                trip = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                reply, error = self._trip(trip), None
+            except Exception as exc:
+                reply, error = None, exc
 
-    # The batch: the claim script once per request, all in one pipeline (one round trip
-    # per node a Cluster spreads the keys over), under the same whole-operation retry,
-    # error translation and WAIT as one claim. A retry resends every claim: a claim the
-    # first attempt made is then OWNED by the same owner token (same fence), as for one.
+    async def _arun(self, flow: Generator[_Trip, Any, T]) -> T:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                trip = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                reply, error = await self._atrip(trip), None
+            except Exception as exc:
+                reply, error = None, exc
 
-    def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
-        """Every claim in one pipeline (see above); answers in order, as sequential claims
-        would give them (the script runs per key, in the order sent)."""
-        if len(requests) < 2:  # nothing to pipeline: one claim, on the fast path
-            return [self.claim(**r.kwargs()) for r in requests]
-        calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
-        wait = self._durability.wait
-        replies, acks = self._clients.call(requests[0].key, lambda: self._send_many(calls, wait))
+    def _trip(self, trip: _Trip) -> tuple[Any, int | None]:
+        if isinstance(trip, _Eval):
+            return self._eval_acked(trip.script, trip.key, trip.args, trip.wait)
+        answer = self._clients.call(trip.key, lambda: self._send_many(trip))
         if not self._clients.eviction_checked:
             self._clients.check_eviction()
-        claims, unacked = self._durability.claims(requests, replies, acks)
-        if unacked is not None:
-            for r, claim in unacked:
-                self._give_back(r.key, r.owner, claim)
-            given_back = [claim for _, claim in unacked]
-            raise self._durability.error("claim", requests[0].key, acks, given_back)
-        return claims
+        return answer
 
-    def _send_many(
-        self, calls: Sequence[tuple[str, Sequence[Any]]], wait: Any
-    ) -> tuple[builtins.list[Any], int | None]:
-        """One attempt of a batch, on the fast path where the client has one."""
-        fast = self._clients.fast
-        if fast is not None:
-            return fast.evalsha_many(_CLAIM_SCRIPT, calls, wait)
-        return _execute_many(self._sync(), _CLAIM_SCRIPT, calls, wait)
-
-    async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
-        if len(requests) < 2:
-            return [await self.aclaim(**r.kwargs()) for r in requests]
-        calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
-        wait = self._durability.wait
+    async def _atrip(self, trip: _Trip) -> tuple[Any, int | None]:
+        if isinstance(trip, _Eval):
+            return await self._aeval_acked(trip.script, trip.key, trip.args, trip.wait)
         client = self._async()
-        replies, acks = await self._clients.acall(
-            requests[0].key, lambda: _aexecute_many(client, _CLAIM_SCRIPT, calls, wait)
+        answer = await self._clients.acall(
+            trip.key, lambda: _aexecute_many(client, _CLAIM_SCRIPT, trip.calls, trip.wait)
         )
         if not self._clients.eviction_checked:
             await self._clients.acheck_eviction(client)
-        claims, unacked = self._durability.claims(requests, replies, acks)
+        return answer
+
+    def _send_many(self, trip: _EvalMany) -> tuple[builtins.list[Any], int | None]:
+        """One attempt of a batch, on the fast path where the client has one."""
+        fast = self._clients.fast
+        if fast is not None:
+            return fast.evalsha_many(_CLAIM_SCRIPT, trip.calls, trip.wait)
+        return _execute_many(self._sync(), _CLAIM_SCRIPT, trip.calls, trip.wait)
+
+    def _claims(self, requests: Sequence[ClaimRequest]) -> Generator[_Trip, Any, list[Claim]]:
+        """Every claim, answered in order as sequential claims would be. One request is one
+        script call (on the fast path); more are the claim script once per request in one
+        pipeline (one round trip per node a Cluster spreads the keys over), under the same
+        whole-operation retry, error translation and ``WAIT``. A retry resends every claim:
+        a claim the first attempt made is then OWNED by the same owner token (same fence)."""
+        wait, first = self._durability.wait, requests[0]
+        unacked: StoreUnavailableError | None
+        if len(requests) == 1:
+            reply = yield _Eval(_CLAIM_SCRIPT, first.key, _claim_args(first), wait)
+            claim, unacked = self._durability.claim(first.key, *reply)
+            claims, written = [claim], [(first, claim)]
+        else:
+            calls = [(self._rkey(r.key), _claim_args(r)) for r in requests]
+            replies, acks = yield _EvalMany(first.key, calls, wait)
+            claims, short = self._durability.claims(requests, replies, acks)
+            written = short or []
+            given_back = [claim for _, claim in written]
+            unacked = (
+                None
+                if short is None
+                else self._durability.error("claim", first.key, acks, given_back)
+            )
         if unacked is not None:
-            for r, claim in unacked:
-                await self._agive_back(r.key, r.owner, claim)
-            given_back = [claim for _, claim in unacked]
-            raise self._durability.error("claim", requests[0].key, acks, given_back)
+            for r, claim in written:
+                yield from self._give_back(r, claim)
+            raise unacked
         return claims
 
-    # A claim too few replicas acknowledged is given back before the error is raised: a
-    # fresh attempt (ACQUIRED, RETRY: nothing ran since the key was clean) is released; a
-    # TAKEOVER (or OWNED: a re-claim that may repeat one) is abandoned, which keeps its
-    # effect mark, so the next claim is as uncertain as this one was, never a clean start.
-
-    def _give_back(self, key: str, owner: str, claim: Claim) -> None:
+    def _give_back(self, request: ClaimRequest, claim: Claim) -> Generator[_Trip, Any, None]:
+        """A claim too few replicas acknowledged is given back before the error is raised:
+        a fresh attempt (ACQUIRED, RETRY: nothing ran since the key was clean) is released;
+        a TAKEOVER (or OWNED: a re-claim that may repeat one) is abandoned, which keeps its
+        effect mark, so the next claim is as uncertain as this one was, never a clean
+        start."""
+        args = _held_args(Held(request.key, request.owner, claim.fence))
         with contextlib.suppress(StoreUnavailableError):
             if claim.outcome in CLEAN:
-                self.release(key, owner=owner, fence=claim.fence)
+                yield _Eval(_RELEASE_SCRIPT, request.key, args)
             else:
-                self.abandon(key, owner=owner, fence=claim.fence, **uncertain_kwargs(claim))
+                reason = abandoned_owner(**uncertain_kwargs(claim))[1:]
+                yield _Eval(_ABANDON_SCRIPT, request.key, (*args, reason))
 
-    async def _agive_back(self, key: str, owner: str, claim: Claim) -> None:
-        with contextlib.suppress(StoreUnavailableError):
-            if claim.outcome in CLEAN:
-                await self.arelease(key, owner=owner, fence=claim.fence)
-            else:
-                await self.aabandon(key, owner=owner, fence=claim.fence, **uncertain_kwargs(claim))
+    # -- record operations --------------------------------------------------------------
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return bool(self._eval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
+    def claim(self, request: ClaimRequest) -> Claim:
+        return self._run(self._claims([request]))[0]
 
-    async def arenew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
-        return bool(await self._aeval(_RENEW_SCRIPT, key, (owner, fence, lease_ms, _VERSION)))
+    async def aclaim(self, request: ClaimRequest) -> Claim:
+        return (await self._arun(self._claims([request])))[0]
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        wait = self._durability.wait
-        reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        return self._durability.completion(key, payload, reply, acks)
+    def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        return self._run(self._claims(requests)) if requests else []
 
-    async def acomplete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
-        args = _complete_args(owner, fence, fingerprint, payload, failed, ttl_ms, meta)
-        wait = self._durability.wait
-        reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, args, wait)
-        return self._durability.completion(key, payload, reply, acks)
+    async def aclaim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
+        return await self._arun(self._claims(requests)) if requests else []
 
-    def release(self, key: str, *, owner: str, fence: int) -> bool:
-        return bool(self._eval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+    def renew(self, held: Held, lease_ms: int) -> bool:
+        return bool(self._eval(_RENEW_SCRIPT, held.key, _held_args(held, lease_ms)))
 
-    async def arelease(self, key: str, *, owner: str, fence: int) -> bool:
-        return bool(await self._aeval(_RELEASE_SCRIPT, key, (owner, fence, _VERSION)))
+    async def arenew(self, held: Held, lease_ms: int) -> bool:
+        return bool(await self._aeval(_RENEW_SCRIPT, held.key, _held_args(held, lease_ms)))
+
+    def complete(self, request: CompleteRequest) -> Completion:
+        key, wait = request.key, self._durability.wait
+        reply, acks = self._eval_acked(_COMPLETE_SCRIPT, key, _complete_args(request), wait)
+        return self._durability.completion(key, request.payload, reply, acks)
+
+    async def acomplete(self, request: CompleteRequest) -> Completion:
+        key, wait = request.key, self._durability.wait
+        reply, acks = await self._aeval_acked(_COMPLETE_SCRIPT, key, _complete_args(request), wait)
+        return self._durability.completion(key, request.payload, reply, acks)
+
+    def release(self, held: Held) -> bool:
+        return bool(self._eval(_RELEASE_SCRIPT, held.key, _held_args(held)))
+
+    async def arelease(self, held: Held) -> bool:
+        return bool(await self._aeval(_RELEASE_SCRIPT, held.key, _held_args(held)))
 
     def abandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        args = (owner, fence, _VERSION, abandoned_owner(reason, error_type)[1:])
-        return bool(self._eval(_ABANDON_SCRIPT, key, args))
+        args = (*_held_args(held), abandoned_owner(reason, error_type)[1:])
+        return bool(self._eval(_ABANDON_SCRIPT, held.key, args))
 
     async def aabandon(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        reason: UncertainReason = "cancelled",
-        error_type: str | None = None,
+        self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        args = (owner, fence, _VERSION, abandoned_owner(reason, error_type)[1:])
-        return bool(await self._aeval(_ABANDON_SCRIPT, key, args))
+        args = (*_held_args(held), abandoned_owner(reason, error_type)[1:])
+        return bool(await self._aeval(_ABANDON_SCRIPT, held.key, args))
 
-    def mark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        args, wait = (owner, fence, _VERSION), self._durability.wait
-        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
-        return self._durability.mark(key, reply, acks)
+    def mark_effect(self, held: Held) -> bool:
+        args, wait = _held_args(held), self._durability.wait
+        reply, acks = self._eval_acked(_MARK_EFFECT_SCRIPT, held.key, args, wait)
+        return self._durability.mark(held.key, reply, acks)
 
-    async def amark_effect(self, key: str, *, owner: str, fence: int) -> bool:
-        args, wait = (owner, fence, _VERSION), self._durability.wait
-        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, key, args, wait)
-        return self._durability.mark(key, reply, acks)
+    async def amark_effect(self, held: Held) -> bool:
+        args, wait = _held_args(held), self._durability.wait
+        reply, acks = await self._aeval_acked(_MARK_EFFECT_SCRIPT, held.key, args, wait)
+        return self._durability.mark(held.key, reply, acks)
 
     def get(self, key: str) -> Record | None:
         fields = self._clients.call(

@@ -62,21 +62,18 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..._durations import to_seconds
 from ...errors import StoreUnavailableError
-from ...protocol import (
-    decide_complete,
-    decide_renew,
-)
-from ...record import Claim, Completion, ExpiredPolicy, Record
+from ...protocol import decide_renew
+from ...record import Claim, Completion, Record
 from .._deciding import DecidesInPython, Decision
 from .._wakeup import Wakeup, awatch_polling, watch_polling
-from ..base import ClaimRequest
+from ..base import ClaimRequest, CompleteRequest, Held
 from ._connections import Pool
 from ._describe import describe_file
 from ._schema import COLUMNS, ensure_schema, expired, live, rollback, write_row
@@ -216,22 +213,8 @@ class SqliteIdempotencyStore(DecidesInPython):
 
     # -- record operations -------------------------------------------------------------
 
-    def claim(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fingerprint: str,
-        lease_ms: int,
-        ttl_ms: int,
-        on_expired: ExpiredPolicy = "takeover",
-        meta: Mapping[str, str] | None = None,
-        boundary: bool = False,
-    ) -> Claim:
-        request = ClaimRequest(
-            key, owner, fingerprint, lease_ms, ttl_ms, on_expired, meta, boundary
-        )
-        return self._in_write_txn(key, lambda db, now: self._claim_in(db, request, now))
+    def claim(self, request: ClaimRequest) -> Claim:
+        return self._in_write_txn(request.key, lambda db, now: self._claim_in(db, request, now))
 
     def claim_many(self, requests: Sequence[ClaimRequest]) -> builtins.list[Claim]:
         """Every claim in one ``BEGIN IMMEDIATE`` transaction, in order, at one clock
@@ -254,41 +237,22 @@ class SqliteIdempotencyStore(DecidesInPython):
 
         return self._decide_in(db, r.key, now, decide)
 
-    def renew(self, key: str, *, owner: str, fence: int, lease_ms: int) -> bool:
+    def renew(self, held: Held, lease_ms: int) -> bool:
         def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[bool]:
-            ok, new = decide_renew(rec, owner=owner, fence=fence, now=now, lease_ms=lease_ms)
+            ok, new = decide_renew(
+                rec, owner=held.owner, fence=held.fence, now=now, lease_ms=lease_ms
+            )
             return ok, new, max(expires or 0, now + lease_ms)
 
-        return self._transact(key, decide)
+        return self._transact(held.key, decide)
 
-    def complete(
-        self,
-        key: str,
-        *,
-        owner: str,
-        fence: int,
-        fingerprint: str,
-        payload: bytes,
-        failed: bool,
-        ttl_ms: int,
-        meta: Mapping[str, str] | None = None,
-    ) -> Completion:
+    def complete(self, request: CompleteRequest) -> Completion:
         def decide(rec: Record | None, expires: int | None, now: int) -> _Decided[Completion]:
-            answer, new = decide_complete(
-                rec,
-                key=key,
-                owner=owner,
-                fence=fence,
-                fingerprint=fingerprint,
-                payload=payload,
-                failed=failed,
-                now=now,
-                meta=meta,
-            )
-            return answer, new, now + ttl_ms
+            answer, new = request.decide(rec, now)
+            return answer, new, now + request.ttl_ms
 
-        answer = self._transact(key, decide)
-        self._wakeup.notify(key)
+        answer = self._transact(request.key, decide)
+        self._wakeup.notify(request.key)
         return answer
 
     def get(self, key: str) -> Record | None:
