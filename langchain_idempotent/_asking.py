@@ -63,6 +63,7 @@ from langgraph.errors import GraphInterrupt
 from ._compat import interrupt_counter, task_scratchpad
 from .errors import IdempotencyError
 from .record import ClaimOutcome, Record
+from .stores.base import ClaimRequest, CompleteRequest
 
 if TYPE_CHECKING:
     from .stores.base import BaseIdempotencyStore
@@ -166,11 +167,11 @@ class StoreOp(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """Run ``store.<op>(key, **kwargs)``; reply: its result."""
+    """Run ``store.<op>(arg)``; reply: its result. ``arg`` is what the operation takes: a
+    key (get, delete), a :class:`ClaimRequest` or a :class:`CompleteRequest`."""
 
     op: StoreOp
-    key: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    arg: str | ClaimRequest | CompleteRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +225,7 @@ def drive(steps: Steps, store: BaseIdempotencyStore) -> Any:
             reply, error = None, None
             try:
                 if isinstance(step, Op):
-                    reply = step.op.value[0](store)(step.key, **step.kwargs)
+                    reply = step.op.value[0](store)(step.arg)
                 elif isinstance(step, Hold):
                     step.task.cond.acquire()
                     held = step.task.cond
@@ -259,7 +260,7 @@ async def adrive(steps: Steps, store: BaseIdempotencyStore) -> Any:
             reply, error = None, None
             try:
                 if isinstance(step, Op):
-                    reply = await step.op.value[1](store)(step.key, **step.kwargs)
+                    reply = await step.op.value[1](store)(step.arg)
                     continue
                 cond = step.task.acond
                 if cond is None:
@@ -404,12 +405,15 @@ def write_once(
     unless a payload is there. Returns the stored one (``None`` when another writer holds
     the key for an instant: its payload is the same answer)."""
     owner = f"{random.getrandbits(96):024x}"
-    common = {"owner": owner, "fingerprint": "approval", "ttl_ms": ttl_ms, "meta": meta}
-    claim = yield Op(StoreOp.CLAIM, key, {**common, "lease_ms": lease_ms})
+    claim = yield Op(
+        StoreOp.CLAIM, ClaimRequest(key, owner, "approval", lease_ms, ttl_ms, meta=meta)
+    )
     if claim.outcome is ClaimOutcome.REPLAY and claim.payload is not None:
         return claim.payload
     if not claim.outcome.runs:
         return None
-    args = {**common, "fence": claim.fence, "payload": payload, "failed": False}
-    done = yield Op(StoreOp.COMPLETE, key, args)
+    done = yield Op(
+        StoreOp.COMPLETE,
+        CompleteRequest(key, owner, claim.fence, "approval", payload, False, ttl_ms, meta),
+    )
     return done.payload

@@ -125,7 +125,7 @@ def test_a_version_1_table_is_migrated_so_an_error_abandon_names_its_exception_t
         old = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
         try:
             c = claim(old, "k", "a")
-            assert old.abandon("k", owner="a", fence=c.fence, reason="error", error_type="E")
+            assert old.abandon(Held("k", "a", c.fence), "error", "E")
             # Version 1's claim function does not know the reason: the takeover is still
             # uncertain, told only that the lease ended.
             assert claim(old, "k", "b").reason == "lease_expired"
@@ -136,9 +136,7 @@ def test_a_version_1_table_is_migrated_so_an_error_abandon_names_its_exception_t
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
         c = claim(fresh, "k2", "a")
-        assert fresh.abandon(
-            "k2", owner="a", fence=c.fence, reason="error", error_type="httpx.ReadTimeout"
-        )
+        assert fresh.abandon(Held("k2", "a", c.fence), "error", "httpx.ReadTimeout")
         taken = claim(fresh, "k2", "b")
         assert (taken.outcome, taken.reason, taken.error_type) == (
             ClaimOutcome.TAKEOVER,

@@ -38,6 +38,7 @@ from langchain_idempotent.errors import (
 )
 from langchain_idempotent.policy import Policy
 from langchain_idempotent.reconcile import ReconcileCall
+from langchain_idempotent.record import abandon_kwargs
 from langchain_idempotent.stores.base import (
     BaseIdempotencyStore,
     ClaimRequest,
@@ -226,8 +227,9 @@ class _RecorderBase(BaseIdempotencyStore):
     def release(self, held: Held) -> Any:
         return self._ask("release", *_flat(held))
 
-    def abandon(self, held: Held, reason: Any = "cancelled") -> Any:
-        return self._ask("abandon", *_flat(held, reason=reason))
+    def abandon(self, held: Held, reason: Any = "cancelled", error_type: Any = None) -> Any:
+        uncertain = abandon_kwargs(reason, error_type)
+        return self._ask("abandon", *_flat(held, **uncertain))
 
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
         self._ask("watch", key, {"fence": fence, "timeout": timeout})
