@@ -12,10 +12,11 @@ returns ``{"refund_id", "order_id", "amount"}`` as structured content (a non-pos
 amount is an error, nothing inserted: an ``isError`` result).
 
 Faults: ``--die-after effect`` SIGKILLs the server right after the row commits (before a
-record or a reply); ``--die-after record`` right after the result is recorded (plain:
-after the row), before the reply. ``--die-marker FILE``: die only if FILE does not exist
-yet (it is created first), so a restarted server runs normally. ``--hold FILE``: after
-the row commits, wait until FILE exists before answering (two calls at once).
+record or a reply); ``--die-after record`` right after the result is recorded (plain, or
+a call without a key: after the row), before the reply. ``--die-marker FILE``: die only if
+FILE does not exist yet (it is created first), so a restarted server runs normally.
+``--hold FILE``: after the row commits, wait until FILE exists before answering (two calls
+at once).
 """
 
 from __future__ import annotations
@@ -81,17 +82,29 @@ def main() -> None:
             "INSERT INTO refunds (order_id, amount, idem_key) VALUES (?, ?, ?)",
             (order_id, amount, ctx.key if ctx else None),
         )
-        if opts.die_after == "effect" or (opts.die_after == "record" and opts.store is None):
+        # "record" with no record to wait for (a plain server, or a call without a key):
+        # right after the row.
+        unrecorded = opts.store is None or ctx is None
+        if opts.die_after == "effect" or (opts.die_after == "record" and unrecorded):
             die_once(opts.die_marker)
         if opts.hold:
             while not Path(opts.hold).exists():
                 await asyncio.sleep(0.01)
         return {"refund_id": cur.lastrowid, "order_id": order_id, "amount": amount}
 
+    sdk_run: dict[str, Any] = {}
     if opts.sdk:
-        from mcp.server.fastmcp import FastMCP as SdkFastMCP
+        try:  # mcp 1
+            from mcp.server.fastmcp import FastMCP as SdkFastMCP
 
-        server: Any = SdkFastMCP("refunds", host="127.0.0.1", port=opts.port, log_level="WARNING")
+            server: Any = SdkFastMCP(
+                "refunds", host="127.0.0.1", port=opts.port, log_level="WARNING"
+            )
+        except ModuleNotFoundError:  # mcp 2 renamed it MCPServer; host and port go to run()
+            from mcp.server.mcpserver import MCPServer
+
+            server = MCPServer("refunds", log_level="WARNING")
+            sdk_run = {"host": "127.0.0.1", "port": opts.port}
         server.tool()(refund)
     else:
         from fastmcp import FastMCP
@@ -144,7 +157,7 @@ def main() -> None:
     if opts.transport == "stdio":
         server.run("stdio") if opts.sdk else server.run(transport="stdio", show_banner=False)
     elif opts.sdk:
-        server.run("streamable-http")
+        server.run("streamable-http", **sdk_run)
     else:
         server.run(
             transport="http",
