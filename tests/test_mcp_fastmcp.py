@@ -291,3 +291,60 @@ def test_the_sets_are_what_ci_runs() -> None:
     import fastmcp
 
     assert (MCP_MAJOR, int(fastmcp.__version__.split(".")[0])) in {(1, 3), (2, 4)}
+
+
+# -- elicitation: a resume is the same call ----------------------------------------------
+
+
+def mcp2() -> None:
+    if MCP_MAJOR < 2:
+        pytest.skip("input-required results (SEP-2322) are protocol 2026-07-28: mcp 2")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(("keyed", "rows"), [(False, 2), (True, 1)], ids=["plain", "keyed"])
+async def test_an_elicitation_resume_lost_after_the_commit_is_paid_once(
+    tmp_path: Path, transport: str, keyed: bool, rows: int
+) -> None:
+    # confirmed_refund asks for the amount (an InputRequiredResult); the client re-sends
+    # the tools/call with the answer, the server commits, records and is SIGKILLed
+    # before it replies; the client re-sends the answered call. The asking round is not
+    # stored (the key is free again), the answered one is the call: one refund.
+    mcp2()
+    from mcp.types import ElicitResult, InputRequiredResult
+
+    args = ("--elicit", "--die-after", "record", "--die-marker", str(tmp_path / "died"))
+    with bank(tmp_path, transport, ours=True, args=args) as the_bank:
+        client = the_bank.fastmcp_client()
+        through = with_idempotency_key(client) if keyed else client
+        asked: list[Any] = []
+
+        async def resumed(order_id: str, amount: float) -> str:
+            async with through:
+                first = await through.session.call_tool(
+                    "confirmed_refund", {"order_id": order_id}, allow_input_required=True
+                )
+            assert isinstance(first, InputRequiredResult)
+            asked.append(first)
+            answer = {"amount": ElicitResult(action="accept", content={"amount": amount})}
+
+            async def answered() -> Any:
+                async with through:
+                    return await through.session.call_tool(
+                        "confirmed_refund",
+                        {"order_id": order_id},
+                        input_responses=answer,
+                        request_state=first.request_state,
+                        allow_input_required=True,
+                    )
+
+            with pytest.raises(Exception):  # noqa: B017 - the reply is lost
+                await answered()
+            return str(structured(await retried(answered)))
+
+        with idempotency_scope("ticket-e"):
+            done = await wrapped(resumed, "resumed").ainvoke({"order_id": "E-1", "amount": 140})
+        assert (tmp_path / "died").exists()
+        assert the_bank.rows.count() == rows
+        assert "'order_id': 'E-1'" in done
+        assert len(asked) == 1

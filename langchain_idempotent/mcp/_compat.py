@@ -55,7 +55,8 @@ __all__ = [
 MCP_MAJOR: Final = int(version("mcp").split(".")[0])
 
 #: The exception an MCP error travels as: ``McpError`` on mcp 1, ``MCPError`` on mcp 2.
-MCPError: type[Exception] = getattr(_exceptions, "MCPError", None) or _exceptions.McpError
+_v1_name = "McpError"  # named indirectly: mypy on mcp 2 knows no McpError
+MCPError: type[Exception] = getattr(_exceptions, "MCPError", None) or getattr(_exceptions, _v1_name)
 
 #: The method string mcp 2 keys ``tools/call`` by.
 CALL_TOOL: Final = "tools/call"
@@ -129,7 +130,8 @@ def set_call_tool_handler(lowlevel: Any, shim: Shim) -> None:
             return (await inner(request)).root
 
         result = await shim(params, raw, _v1_http_request(), call)
-        return types.ServerResult(result)  # type: ignore[arg-type,unused-ignore]
+        server_result: Any = getattr(types, "ServerResult")  # noqa: B009 - a union on mcp 2
+        return server_result(result)
 
     handlers[types.CallToolRequest] = handle_v1
 

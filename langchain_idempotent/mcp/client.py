@@ -155,8 +155,12 @@ class IdempotencyKeyInterceptor:
         return result
 
     async def _send(
-        self, session: ClientSession, request: MCPToolCallRequest, ctx: IdempotencyContext
+        self, live: ClientSession, request: MCPToolCallRequest, ctx: IdempotencyContext
     ) -> types.CallToolResult:
+        # The adapters hold mcp < 2: this is mcp 1's session API (typed loosely, so mypy
+        # passes on the mcp 2 set too, where the interceptor is not supported).
+        session: Any = live
+        v1: Any = types
         capabilities = session.get_server_capabilities()
         tools = capabilities.tools if capabilities is not None else None
         advertised = tools is not None and CAPABILITY in (tools.model_extra or {})
@@ -175,21 +179,25 @@ class IdempotencyKeyInterceptor:
                 prefix + "attempt": ctx.attempt,
             }
         if not advertised:
-            return await session.call_tool(request.name, request.args, meta=meta)
-        params = types.CallToolRequestParams(
+            plain: types.CallToolResult = await session.call_tool(
+                request.name, request.args, meta=meta
+            )
+            return plain
+        params = v1.CallToolRequestParams(
             name=request.name,
             arguments=request.args,
-            _meta=types.RequestParams.Meta(**meta) if meta is not None else None,  # type: ignore[call-arg]
-            idempotencyKey=ctx.key,  # type: ignore[call-arg]
+            _meta=v1.RequestParams.Meta(**meta) if meta is not None else None,
+            idempotencyKey=ctx.key,
         )
-        result = await session.send_request(
-            types.ClientRequest(types.CallToolRequest(params=params)), types.CallToolResult
+        result: Any = await session.send_request(
+            v1.ClientRequest(v1.CallToolRequest(params=params)), v1.CallToolResult
         )
         if not result.isError:
             # What ClientSession.call_tool does after the call: check structured content
             # against the tool's output schema.
             await session._validate_tool_result(request.name, result)
-        return result
+        sent: types.CallToolResult = result
+        return sent
 
 
 # -- fastmcp Client (LangChain's own ``langchain.mcp``) ------------------------------------

@@ -352,8 +352,9 @@ def _result_hook(hook: Reconciler) -> Reconciler:
         if not isinstance(found, types.CallToolResult):
             if isinstance(found, dict):
                 text = json.dumps(found, indent=2)
-                found = types.CallToolResult(
-                    content=[types.TextContent(type="text", text=text)], structuredContent=found
+                content = [{"type": "text", "text": text}]
+                found = types.CallToolResult.model_validate(
+                    {"content": content, "structuredContent": found}
                 )
             else:
                 found = types.CallToolResult(

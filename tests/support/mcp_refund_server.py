@@ -4,7 +4,7 @@
         [--transport http --port N | --transport stdio] [--sdk]
         [--die-after effect|record --die-marker FILE] [--hold FILE]
         [--reconcile] [--on-busy wait|reject] [--lease S] [--require-key]
-        [--store-url REDIS_URL] [--events FILE]
+        [--store-url REDIS_URL] [--events FILE] [--elicit]
 
 Without ``--store`` the server is plain (no McpIdempotency). ``refund`` inserts one row in
 ``ROWS.db`` (with the idempotency key the server's engine handed the tool, if any) and
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--require-key", action="store_true")
     parser.add_argument("--store-url", help="a Redis URL for the idempotency store")
     parser.add_argument("--events", help="append the engine's event kinds to this file")
+    parser.add_argument("--elicit", action="store_true", help="add confirmed_refund (fastmcp 4)")
     opts = parser.parse_args()
 
     from langchain_idempotent import get_idempotency_context
@@ -112,6 +113,36 @@ def main() -> None:
         server = FastMCP("refunds")
         server.tool(refund)
 
+    if opts.elicit:
+        # A tool that asks for the amount first, SEP-2322's way (protocol 2026-07-28,
+        # fastmcp 4): it returns an InputRequiredResult, and the client re-sends the
+        # tools/call with the answer, which re-runs the tool from the start.
+        from fastmcp import Context
+        from mcp import types
+
+        async def confirmed_refund(order_id: str, ctx: Any) -> Any:
+            """Refund order `order_id`, asking how much."""
+            answers = ctx.input_responses
+            if not answers:
+                question = types.ElicitRequestFormParams(
+                    message=f"How much to refund on {order_id}?",
+                    requested_schema={
+                        "type": "object",
+                        "properties": {"amount": {"type": "number"}},
+                        "required": ["amount"],
+                    },
+                )
+                return types.InputRequiredResult(
+                    input_requests={"amount": types.ElicitRequest(params=question)}
+                )
+            answer: Any = answers["amount"]
+            return await refund(order_id, float(answer.content["amount"]))
+
+        # (annotations are strings here: FastMCP resolves them in this module's globals)
+        confirmed_refund.__annotations__.update(ctx=Context, order_id=str, return_=Any)
+        confirmed_refund.__annotations__["return"] = confirmed_refund.__annotations__.pop("return_")
+        server.tool(confirmed_refund)
+
     if opts.store or opts.store_url:
         from langchain_idempotent.mcp import McpIdempotency
 
@@ -141,7 +172,7 @@ def main() -> None:
 
         idempotency = McpIdempotency(
             store,
-            tools=["refund"],
+            tools=["refund", *(["confirmed_refund"] if opts.elicit else [])],
             on_busy=opts.on_busy,
             require_key=opts.require_key,
             lease=opts.lease,
