@@ -348,3 +348,34 @@ async def test_an_elicitation_resume_lost_after_the_commit_is_paid_once(
         assert the_bank.rows.count() == rows
         assert "'order_id': 'E-1'" in done
         assert len(asked) == 1
+
+
+def test_a_protected_tool_that_may_run_as_a_background_task_is_refused_at_install() -> None:
+    # Its elicitation rounds and result travel in tasks/* requests, which the middleware
+    # does not see: refused at install rather than left to run twice on a resume.
+    import fastmcp
+
+    if int(fastmcp.__version__.split(".")[0]) < 4:
+        pytest.importorskip("docket", reason="fastmcp 3's background tasks need fastmcp[tasks]")
+    from fastmcp import FastMCP
+
+    from langchain_idempotent.mcp import McpIdempotency
+
+    server: Any = FastMCP("tasks")
+
+    @server.tool(task=True)
+    async def long_refund(order_id: str) -> str:
+        """A refund that may run as a background task."""
+        return order_id
+
+    @server.tool
+    async def refund(order_id: str) -> str:
+        """A plain refund."""
+        return order_id
+
+    with pytest.raises(ValueError, match=r"cannot follow tool\(s\) \['long_refund'\].*task=False"):
+        McpIdempotency(InMemoryIdempotencyStore()).install(server)
+    with pytest.raises(ValueError, match="long_refund"):
+        McpIdempotency(InMemoryIdempotencyStore(), tools=["long_refund"]).install(server)
+    # Protecting only the tools it can follow installs.
+    assert McpIdempotency(InMemoryIdempotencyStore(), tools=["refund"]).install(server) is server

@@ -24,6 +24,8 @@ touch                              why
 ``FastMCP._mcp_server``            both FastMCPs keep their low-level ``Server`` here (the SDK's
 ``MCPServer._lowlevel_server``     ``MCPServer``, mcp 2's rename of its FastMCP, keeps it here)
 ``Server._request_handlers``       mcp 2: the ``HandlerEntry`` of ``"tools/call"`` the shim wraps
+``LocalProvider._components``      fastmcp: the tools registered on the server, read at install
+                                   (a protected tool that may run as a background task is refused)
 ``ServerSession._init_options``    mcp 1: the options a session was initialised with: a session
                                    opened before the middleware installed advertises
                                    ``tools.idempotency`` through them
@@ -165,6 +167,20 @@ def _v1_http_request() -> Any:
         return request_ctx.get().request
     except LookupError:
         return None
+
+
+def background_task_tools(server: Any) -> list[str]:
+    """The names of a fastmcp server's registered tools that may run as background tasks
+    (SEP-1686: ``task=True``, a ``TaskConfig`` whose mode is not ``"forbidden"``)."""
+    components = getattr(getattr(server, "_local_provider", None), "_components", None)
+    if not isinstance(components, Mapping):
+        return []
+    names = []
+    for key, component in components.items():
+        mode = getattr(getattr(component, "task_config", None), "mode", "forbidden")
+        if str(key).startswith("tool:") and mode != "forbidden":
+            names.append(str(component.name))
+    return sorted(names)
 
 
 def init_options(session: Any) -> Any:

@@ -59,6 +59,7 @@ from ..reconcile import ReconcileCall, ReconcileOption, Reconciler, check_reconc
 from ..stores.base import BaseIdempotencyStore
 from ._compat import (
     MCP_MAJOR,
+    background_task_tools,
     call_tool_handler,
     call_wrapped,
     handlers_of,
@@ -139,9 +140,12 @@ class McpIdempotency:
     # -- installing ----------------------------------------------------------------------
 
     def install(self, server: Any) -> Any:
-        """Protect ``server`` (a ``fastmcp.FastMCP``, the SDK's ``FastMCP`` or a low-level
-        ``Server``) and return it. Installing the same instance twice does nothing; a
-        second ``McpIdempotency`` on one server is refused (one would run inside the other)."""
+        """Protect ``server`` (a ``fastmcp.FastMCP``, the SDK's ``FastMCP`` / ``MCPServer`` or a
+        low-level ``Server``) and return it. A protected fastmcp tool that may run as a
+        background task (``task=True``) is refused: its elicitation rounds and result travel
+        in ``tasks/*`` requests, which this middleware does not follow. Installing the same
+        instance twice does nothing; a second ``McpIdempotency`` on one server is refused (one
+        would run inside the other)."""
         lowlevel = lowlevel_server(server)
         if handlers_of(lowlevel) is None:
             raise TypeError(
@@ -159,6 +163,18 @@ class McpIdempotency:
             )
         if call_tool_handler(lowlevel) is None:
             raise ValueError("this server has no tools/call handler yet; register tools first")
+        tasks = [
+            name
+            for name in background_task_tools(server)
+            if self.tools is None or name in self.tools
+        ]
+        if tasks:
+            raise ValueError(
+                f"McpIdempotency cannot follow tool(s) {tasks}: they may run as background "
+                "tasks (task=True), whose input requests (elicitation) and result travel in "
+                "tasks/* requests this middleware does not see, so a resumed or re-sent call "
+                "could run twice; register them with task=False, or leave them out of tools=[...]"
+            )
         set_call_tool_handler(lowlevel, self._shim)
         original = lowlevel.get_capabilities
 
