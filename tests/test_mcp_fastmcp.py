@@ -379,3 +379,60 @@ def test_a_protected_tool_that_may_run_as_a_background_task_is_refused_at_instal
         McpIdempotency(InMemoryIdempotencyStore(), tools=["long_refund"]).install(server)
     # Protecting only the tools it can follow installs.
     assert McpIdempotency(InMemoryIdempotencyStore(), tools=["refund"]).install(server) is server
+
+
+@pytest.mark.parametrize(("keyed", "rows"), [(False, 2), (True, 1)], ids=["plain", "keyed"])
+async def test_langchain_mcp_interrupt_elicitation_resumed_after_a_lost_reply_refunds_once(
+    tmp_path: Path, keyed: bool, rows: int
+) -> None:
+    # LangChain's own loop: MCPAdapter arms the client, confirmed_refund's question becomes
+    # a LangGraph interrupt(), the run resumes with the answer and the tool re-sends the
+    # tools/call with it. The server commits, records and is killed before it replies;
+    # ToolRetryMiddleware re-runs the tool, which asks (the restarted server asks again),
+    # and the answered call is re-sent. Keyed, the server replays it.
+    mcp2()
+    lc_mcp = langchain_mcp()
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ToolRetryMiddleware
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.types import Command
+
+    from tests.support.graphs import ScriptedChatModel, call, calls, final, thread
+
+    args = ("--elicit", "--die-after", "record", "--die-marker", str(tmp_path / "died"))
+    with bank(tmp_path, "http", ours=True, args=args) as the_bank:
+        client = the_bank.fastmcp_client()
+        adapter = lc_mcp.MCPAdapter(with_idempotency_key(client) if keyed else client)
+        async with adapter:
+            [tool] = [t for t in await adapter.list_tools() if t.name == "confirmed_refund"]
+        agent = create_agent(
+            ScriptedChatModel(
+                script=[calls(call("confirmed_refund", {"order_id": "E-2"})), final()]
+            ),
+            tools=[idempotent(tool, store=InMemoryIdempotencyStore())],
+            middleware=[
+                ToolRetryMiddleware(
+                    max_retries=60,
+                    initial_delay=0.25,
+                    backoff_factor=1.0,
+                    jitter=False,
+                    retry_on=lambda e: not isinstance(e, IdempotencyError | GraphBubbleUp),
+                )
+            ],
+            checkpointer=InMemorySaver(),
+        )
+        config = thread(f"elicit-{keyed}")
+        answer = {"responses": {"amount": {"action": "accept", "content": {"amount": 140}}}}
+        out = await agent.ainvoke({"messages": [("user", "refund E-2")]}, config)
+        questions = 0
+        while "__interrupt__" in out:  # each round's question, answered the same
+            questions += 1
+            assert questions <= 3, out["__interrupt__"]
+            [pending] = out["__interrupt__"]
+            assert pending.value["type"] == "mcp_elicitation"
+            out = await agent.ainvoke(Command(resume=answer), config)
+        assert (tmp_path / "died").exists()
+        assert the_bank.rows.count() == rows
+        answered = [m for m in out["messages"] if m.type == "tool"]
+        assert len(answered) == 1 and answered[0].status == "success"
