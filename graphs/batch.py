@@ -12,9 +12,10 @@ that pull from one shared queue. The same seeded faults hit every mode:
 - the queue delivers a ticket twice at once (two workers run one thread).
 
 ``--pipeline`` runs the same tickets through a multi-agent pipeline instead
-(:mod:`graphs.pipeline`: a ``langgraph-supervisor`` supervisor hands each ticket to triage,
-billing and notifications agents; every node retries an LLM 502 with a ``RetryPolicy``, so
-a specialist whose model fails after its tool ran is run again from its start).
+(:mod:`graphs.pipeline`: sub-agents as tools, a ``create_agent`` supervisor whose tools
+invoke triage, billing and notifications ``create_agent`` agents; the supervisor retries an
+LLM 502, so a specialist whose model fails after its tool ran is invoked again from its
+start).
 
 Modes (``--protection``): ``none`` (plain tools), ``reference`` (the GET / SET NX / DEL
 recipe of :mod:`graphs.reference`), ``idempotent`` (``langchain_idempotent.idempotent``),
@@ -122,8 +123,8 @@ def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
     p.add_argument(
         "--pipeline",
         action="store_true",
-        help="run the tickets through the multi-agent pipeline (a supervisor and triage, "
-        "billing, notifications agents with node retries; see graphs.pipeline)",
+        help="run the tickets through the multi-agent pipeline (a create_agent supervisor "
+        "whose tools invoke triage, billing, notifications agents; see graphs.pipeline)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="log idempotency events")

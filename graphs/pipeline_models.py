@@ -1,17 +1,18 @@
 """Scripted chat models for the multi-agent pipeline (:mod:`graphs.pipeline`).
 
-:class:`ScriptedSupervisor` routes a ticket through the specialists in order::
+:class:`ScriptedSupervisor` calls the specialists (its tools) in order::
 
-    transfer_to_triage → transfer_to_billing → transfer_to_notifications → final answer
+    triage(request) → billing(request) → notifications(request) → final answer
 
-:class:`ScriptedSpecialist` is one specialist's planner: it calls its one tool, retries it
+each ``request`` being the ticket (and, for notifications, the billing agent's answer).
+:class:`ScriptedSpecialist` is one specialist's model: it calls its one tool, retries it
 after an error tool message (up to ``max_tool_retries``, then escalates), and answers with
-what the tool returned, so the next specialist can read it:
+what the tool returned, which its supervisor tool hands back:
 
 - ``triage``: ``lookup_invoice(invoice_id)``; answers with the invoice;
 - ``billing``: ``issue_refund(invoice_id, amount, reason)``; answers with the refund (JSON);
 - ``notifications``: ``notify_customer(customer_id, ticket_id, message)`` naming the
-  refund id from the billing agent's answer.
+  refund id from the billing agent's answer (in its request).
 
 Both are :class:`~graphs.fake_model.ScriptedRefundModel` s with another script; their
 faults are seeded the same way, on the role too (seed, ticket, role, position in the
@@ -19,8 +20,8 @@ conversation, how many times that position was asked): ``error_rate`` raises
 :class:`~graphs.fake_model.UpstreamGatewayError` (an LLM gateway 502), ``drift_rate``
 changes the form of ``issue_refund``'s arguments (``140`` ↔ ``140.0``, key order).
 ``on_call`` runs on every call (the demo counts LLM calls); ``fail_once_after_tool``
-makes a specialist fail once per ticket right after its tool succeeded (its node's
-``RetryPolicy`` then runs it again from the start).
+makes a specialist fail once per ticket right after its tool succeeded (the supervisor's
+``ToolRetryMiddleware`` then invokes it again from the start).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
 
@@ -93,12 +94,17 @@ def _call(name: str, args: dict[str, Any]) -> AIMessage:
     )
 
 
+#: Where the notifications agent's request carries the billing agent's answer.
+BILLING_SAID = "\nThe billing agent refunded: "
+
+
 def answers(messages: Sequence[BaseMessage]) -> dict[str, str]:
-    """Each specialist's final answer in the supervisor's conversation, by agent name."""
+    """Each specialist's answer in the supervisor's conversation (its tool's result), by
+    agent name."""
     return {
         str(m.name): str(m.content)
         for m in messages
-        if isinstance(m, AIMessage) and m.name in AGENTS and not m.tool_calls
+        if isinstance(m, ToolMessage) and m.name in AGENTS and m.status != "error"
     }
 
 
@@ -111,11 +117,17 @@ class ScriptedSupervisor(_Scripted):
         self, ticket: dict[str, str], messages: list[BaseMessage], drift: bool
     ) -> AIMessage:
         done = answers(messages)
+        text = str(next(m for m in messages if isinstance(m, HumanMessage)).content)
         for agent in AGENTS:
             if agent not in done:
-                return _call(f"transfer_to_{agent}", {})
+                request = text + (
+                    BILLING_SAID + done["billing"] if agent == "notifications" else ""
+                )
+                return _call(agent, {"request": request})
             if "escalating" in done[agent]:
-                return AIMessage(content=f"{ticket['ticket_id']} escalated by {agent}.")
+                return AIMessage(
+                    content=f"{ticket['ticket_id']} escalated by {agent}: {done[agent]}"
+                )
         refund = json.loads(done["billing"])
         return AIMessage(
             content=f"Refunded ${ticket['amount']} for {ticket['invoice_id']} ({refund['id']}); "
@@ -140,11 +152,9 @@ class ScriptedSpecialist(_Scripted):
                     self._failed_after_tool.add(ticket["ticket_id"])
                     self._fault("llm_502")
                     raise UpstreamGatewayError("502 Bad Gateway (after the tool ran)")
-                return AIMessage(content=str(m.content), name=self.role)
+                return AIMessage(content=str(m.content))
         if failures >= self.max_tool_retries:
-            return AIMessage(
-                content=_escalation(tool, failures, ticket["ticket_id"]), name=self.role
-            )
+            return AIMessage(content=_escalation(tool, failures, ticket["ticket_id"]))
         if self.role == "triage":
             return _call(tool, {"invoice_id": ticket["invoice_id"]})
         if self.role == "billing":
@@ -159,7 +169,8 @@ class ScriptedSpecialist(_Scripted):
                     args["amount"] = float(args["amount"])  # 140 -> 140.0
                 args = dict(reversed(list(args.items())))  # key order changes too
             return _call(tool, args)
-        refund = json.loads(answers(messages)["billing"])
+        request = str(next(m for m in messages if isinstance(m, HumanMessage)).content)
+        refund = json.loads(request.split(BILLING_SAID, 1)[1])
         return _call(
             tool,
             {

@@ -200,9 +200,12 @@ def _response_schema(tool: str, schema: Any, mode: InterruptMode) -> Any:
     )
     name: Any = Literal[tool]  # type: ignore[valid-type]
     action = create_model("EditedAction", name=(name, tool), args=(args_type, ...))
+    # Typed Any: mypy 2 with pydantic >= 2.13 reads create_model's fields as TypeForms and
+    # refuses a Literal written in place ([arg-type], [maybe-unrecognized-str-typeform]).
+    edit_type: Any = Literal["edit"]
     edit = create_model(
         "EditDecision",
-        type=(Literal["edit"], ...),
+        type=(edit_type, ...),
         edited_action=(action, ...),
         reviewer=(str | None, None),
     )

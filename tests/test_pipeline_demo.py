@@ -1,7 +1,9 @@
-"""The multi-agent pipeline (``python -m graphs.batch --pipeline``): a langgraph-supervisor
-supervisor hands each ticket to triage, billing and notifications agents, every node with
-a RetryPolicy. Unprotected, a retried specialist pays twice; with ``idempotent()`` every
-refund is paid once — in one process and in the batch's worker processes under faults."""
+"""The multi-agent pipeline (``python -m graphs.batch --pipeline``): a ``create_agent``
+supervisor whose tools invoke triage, billing and notifications ``create_agent`` agents
+(sub-agents as tools), retrying an LLM 502 (``ModelRetryMiddleware``,
+``ToolRetryMiddleware``). Unprotected, a retried specialist pays twice; with
+``idempotent()`` every refund is paid once — in one process and in the batch's worker
+processes under faults."""
 
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ from graphs.fake_model import UpstreamGatewayError
 from graphs.pipeline import build_pipeline_agent
 from graphs.provider import Invoice, PaymentProvider
 from langchain_idempotent import InMemoryIdempotencyStore
-
-pytest.importorskip("langgraph_supervisor")
 
 TICKET = "Ticket T-00042 from customer C-00042: please refund $140 of invoice INV-4242."
 
@@ -42,13 +42,14 @@ def _run_ticket(provider: PaymentProvider, *, protected: bool) -> dict[str, Any]
 
 
 @pytest.mark.parametrize("protected", [True, False], ids=["idempotent", "plain"])
-def test_a_billing_agent_retried_by_its_node_after_the_refund_pays_once_when_wrapped(
+def test_a_billing_agent_retried_by_the_supervisor_after_the_refund_pays_once_when_wrapped(
     provider: PaymentProvider, protected: bool
 ) -> None:
     """The billing agent's model fails (502) right after ``issue_refund`` succeeded; the
-    billing node's RetryPolicy runs the agent again from its start, which calls
-    ``issue_refund`` again with a new tool-call id. Wrapped: the retry is the same key
-    (``billing|tools``), the refund is replayed. Plain: a second refund."""
+    supervisor's ToolRetryMiddleware invokes the agent again from its start, which calls
+    ``issue_refund`` again with a new tool-call id. Wrapped: the retry is the same key (the
+    billing agent's call, same arguments), the refund is replayed. Plain: a second
+    refund."""
     out = _run_ticket(provider, protected=protected)
     refunds = provider.ledger.refunds()
     assert out["messages"][-1].content.startswith("Refunded $140 for INV-4242")
@@ -60,10 +61,10 @@ def test_a_billing_agent_retried_by_its_node_after_the_refund_pays_once_when_wra
     assert refunds[0]["refund_id"] in out["messages"][-1].content
 
 
-def test_without_node_retries_the_failure_reaches_the_caller(provider: PaymentProvider) -> None:
-    """The 502 above is what the node retry absorbs (so the test above is about it)."""
+def test_without_retries_the_failure_reaches_the_caller(provider: PaymentProvider) -> None:
+    """The 502 above is what the supervisor's retry absorbs (so the test above is about it)."""
     agent = build_pipeline_agent(
-        None, provider_url=provider.url, fail_after_tool={"billing"}, node_retry=None
+        None, provider_url=provider.url, fail_after_tool={"billing"}, retries=0
     )
     with pytest.raises(UpstreamGatewayError):
         agent.invoke({"messages": [HumanMessage(TICKET)]}, {"configurable": {"thread_id": "t"}})
@@ -72,6 +73,21 @@ def test_without_node_retries_the_failure_reaches_the_caller(provider: PaymentPr
 def test_an_unknown_agent_to_fail_is_refused_by_name(provider: PaymentProvider) -> None:
     with pytest.raises(ValueError, match=r"unknown agent.*'billing2'"):
         build_pipeline_agent(None, provider_url=provider.url, fail_after_tool={"billing2"})
+
+
+def test_the_specialists_are_create_agent_sub_agents_called_as_tools(
+    provider: PaymentProvider,
+) -> None:
+    out = _run_ticket(provider, protected=True)
+    called = [m.name for m in out["messages"] if m.type == "tool"]
+    assert called == ["triage", "billing", "notifications"]  # the supervisor's tools
+    # The specialists' own messages stay inside them: the supervisor sees their answers.
+    assert not any(m.type == "tool" and m.name == "issue_refund" for m in out["messages"])
+
+
+def test_a_negative_retry_count_is_refused(provider: PaymentProvider) -> None:
+    with pytest.raises(ValueError, match="retries must be 0 or more"):
+        build_pipeline_agent(None, provider_url=provider.url, retries=-1)
 
 
 SMALL_PIPELINE = [

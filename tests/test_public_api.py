@@ -149,7 +149,10 @@ FOREIGN_MODULES = [
     # the MCP SDK (docs/mcp.md)
     "mcp",
     "mcp.types",
-    "mcp.server.fastmcp",
+    "mcp.server.fastmcp",  # mcp 1's FastMCP ...
+    "mcp.server.mcpserver",  # ... renamed MCPServer in mcp 2: whichever is installed
+    "mcp.server.lowlevel",
+    "fastmcp",
     "langchain_idempotent.remote",
     "langgraph.pregel.remote",
     "langchain_idempotent.engine",
@@ -189,7 +192,15 @@ def _example_names() -> set[str]:
 
 
 def _foreign(name: str) -> bool:
-    return any(hasattr(importlib.import_module(m), name) for m in FOREIGN_MODULES)
+    return any(hasattr(_module(m), name) for m in FOREIGN_MODULES)
+
+
+def _module(name: str) -> object:
+    """The module, or ``None`` where the installed set lacks it (mcp 1 vs mcp 2)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        return None
 
 
 def test_the_readme_imports_only_public_names() -> None:

@@ -42,6 +42,7 @@ from ..errors import (
 
 __all__ = [
     "CAPABILITY",
+    "EXTENSION",
     "HEADER",
     "MAX_KEY_LENGTH",
     "META_PREFIX",
@@ -57,6 +58,10 @@ __all__ = [
 META_PREFIX: Final = "dev.langchain-idempotent/"
 #: The ``capabilities.tools`` field a server sets to say it deduplicates by key (SEP-3182).
 CAPABILITY: Final = "idempotency"
+#: The ``capabilities.extensions`` entry (SEP-2133) a server sets too: mcp 2's
+#: ``ToolsCapability`` drops unknown fields, so ``tools.idempotency`` does not reach the
+#: wire there.
+EXTENSION: Final = META_PREFIX + "idempotency"
 #: The HTTP header for ``via="header"`` (the IETF draft's name).
 HEADER: Final = "Idempotency-Key"
 #: The longest key accepted (SEP-3182 and the IETF draft leave it to the server; Stripe

@@ -29,20 +29,21 @@ retry does not ask again), ``idempotency_key_in_progress`` raises
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import copy
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcp import ClientSession, types
-from mcp.shared.exceptions import McpError
 
 from ..context import IdempotencyContext, get_idempotency_context
+from ._compat import MCPError, error_fields
 from ._wire import CAPABILITY, HEADER, META_PREFIX, Via, check_prefix, check_via, error_for
 
 if TYPE_CHECKING:
     from langchain_mcp_adapters.client import MultiServerMCPClient
     from langchain_mcp_adapters.interceptors import MCPToolCallRequest, MCPToolCallResult
 
-__all__ = ["IdempotencyKeyInterceptor"]
+__all__ = ["IdempotencyKeyInterceptor", "with_idempotency_key"]
 
 _HTTP = ("sse", "http", "streamable_http", "streamable-http")
 
@@ -119,8 +120,9 @@ class IdempotencyKeyInterceptor:
             if self._session is not None:
                 return await self._send(self._session, request, ctx)
             return await self._send_fresh(request, ctx)
-        except McpError as exc:
-            mapped = error_for(exc.error.data, exc.error.message, ctx.key)
+        except MCPError as exc:
+            message, data = error_fields(exc)
+            mapped = error_for(data, message, ctx.key)
             if mapped is None:
                 raise
             raise mapped from exc
@@ -153,8 +155,12 @@ class IdempotencyKeyInterceptor:
         return result
 
     async def _send(
-        self, session: ClientSession, request: MCPToolCallRequest, ctx: IdempotencyContext
+        self, live: ClientSession, request: MCPToolCallRequest, ctx: IdempotencyContext
     ) -> types.CallToolResult:
+        # The adapters hold mcp < 2: this is mcp 1's session API (typed loosely, so mypy
+        # passes on the mcp 2 set too, where the interceptor is not supported).
+        session: Any = live
+        v1: Any = types
         capabilities = session.get_server_capabilities()
         tools = capabilities.tools if capabilities is not None else None
         advertised = tools is not None and CAPABILITY in (tools.model_extra or {})
@@ -173,18 +179,139 @@ class IdempotencyKeyInterceptor:
                 prefix + "attempt": ctx.attempt,
             }
         if not advertised:
-            return await session.call_tool(request.name, request.args, meta=meta)
-        params = types.CallToolRequestParams(
+            plain: types.CallToolResult = await session.call_tool(
+                request.name, request.args, meta=meta
+            )
+            return plain
+        params = v1.CallToolRequestParams(
             name=request.name,
             arguments=request.args,
-            _meta=types.RequestParams.Meta(**meta) if meta is not None else None,  # type: ignore[call-arg]
-            idempotencyKey=ctx.key,  # type: ignore[call-arg]
+            _meta=v1.RequestParams.Meta(**meta) if meta is not None else None,
+            idempotencyKey=ctx.key,
         )
-        result = await session.send_request(
-            types.ClientRequest(types.CallToolRequest(params=params)), types.CallToolResult
+        result: Any = await session.send_request(
+            v1.ClientRequest(v1.CallToolRequest(params=params)), v1.CallToolResult
         )
         if not result.isError:
             # What ClientSession.call_tool does after the call: check structured content
             # against the tool's output schema.
             await session._validate_tool_result(request.name, result)
-        return result
+        sent: types.CallToolResult = result
+        return sent
+
+
+# -- fastmcp Client (LangChain's own ``langchain.mcp``) ------------------------------------
+
+
+def with_idempotency_key(client: Any, *, meta_prefix: str = META_PREFIX) -> Any:
+    """``client`` (a ``fastmcp.Client``) as one that sends the idempotency key.
+
+    LangChain's ``langchain.mcp`` calls ``client.call_tool(name, arguments,
+    raise_on_error=False)`` with no ``_meta`` (and, for a client ``MCPAdapter`` armed for
+    elicitation, ``client.session.call_tool(...)``), so the key of a wrapped call never
+    reaches the server. The returned client shares ``client``'s connection and
+    configuration; inside an idempotent call, both paths send the key, the fencing token
+    and the attempt number under ``meta_prefix`` in the request's ``_meta`` (the names
+    :class:`~langchain_idempotent.mcp.McpIdempotency` reads). Outside one it sends
+    nothing extra. The server's idempotency errors become ours
+    (:class:`~langchain_idempotent.errors.PayloadMismatchError`,
+    :class:`~langchain_idempotent.errors.InProgressError`, ...)::
+
+        from langchain.mcp import as_langchain_tool
+
+        keyed = with_idempotency_key(client)
+        async with client:
+            tools = [await as_langchain_tool(t, keyed) for t in await client.list_tools()]
+        tools = idempotent(tools, store=store)
+
+    Supported on ``fastmcp>=3.4`` (``langchain.mcp`` itself needs ``fastmcp>=4``).
+    """
+    try:
+        from fastmcp import Client
+    except ImportError as exc:  # pragma: no cover - the mcp extra installs it
+        raise ImportError(
+            "with_idempotency_key needs fastmcp: pip install 'langchain-idempotent[mcp]'"
+        ) from exc
+    if not isinstance(client, Client):
+        raise TypeError(
+            "with_idempotency_key needs a fastmcp.Client (the client langchain.mcp's "
+            f"as_langchain_tool calls through), got {type(client).__name__}"
+        )
+    prefix = check_prefix(meta_prefix)
+    keyed = copy.copy(client)  # shares the session state: one connection, one lifecycle
+    keyed.__class__ = _keyed_class(type(client))
+    setattr(keyed, "_idempotency_meta_prefix", prefix)  # noqa: B010
+    return keyed
+
+
+def _key_meta(prefix: str, meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``meta`` with the current idempotent call's key, fence and attempt (``meta`` as it
+    is outside an idempotent call)."""
+    ctx = get_idempotency_context()
+    if ctx is None:
+        return None if meta is None else dict(meta)
+    return {
+        **(meta or {}),
+        prefix + "key": ctx.key,
+        prefix + "fence": ctx.fence,
+        prefix + "attempt": ctx.attempt,
+    }
+
+
+async def _mapped(call: Awaitable[Any]) -> Any:
+    """``await call``, the server's idempotency errors raised as ours."""
+    try:
+        return await call
+    except MCPError as exc:
+        ctx = get_idempotency_context()
+        if ctx is None:
+            raise
+        message, data = error_fields(exc)
+        mapped = error_for(data, message, ctx.key)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+class _KeyedSession:
+    """A client session whose ``call_tool`` sends the key (everything else is the
+    session's own)."""
+
+    def __init__(self, session: Any, prefix: str) -> None:
+        self._session = session
+        self._prefix = prefix
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    async def call_tool(self, *args: Any, meta: Any = None, **kwargs: Any) -> Any:
+        meta = _key_meta(self._prefix, meta)
+        return await _mapped(self._session.call_tool(*args, meta=meta, **kwargs))
+
+
+_KEYED: dict[type, type] = {}
+
+
+def _keyed_class(base: type) -> type:
+    """The subclass of the fastmcp ``Client`` class ``base`` that sends the key."""
+    found = _KEYED.get(base)
+    if found is not None:
+        return found
+
+    class KeyedClient(base):  # type: ignore[valid-type,misc]
+        _idempotency_meta_prefix: str
+
+        async def call_tool(self, *args: Any, meta: Any = None, **kwargs: Any) -> Any:
+            meta = _key_meta(self._idempotency_meta_prefix, meta)
+            return await _mapped(super().call_tool(*args, meta=meta, **kwargs))
+
+        @property
+        def session(self) -> Any:
+            session = super().session
+            if isinstance(session, _KeyedSession):
+                return session
+            return _KeyedSession(session, self._idempotency_meta_prefix)
+
+    KeyedClient.__name__ = KeyedClient.__qualname__ = f"Keyed{base.__name__}"
+    _KEYED[base] = KeyedClient
+    return KeyedClient

@@ -44,7 +44,6 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Final, Literal, Unpack
 
 from mcp import types
-from mcp.shared.exceptions import McpError
 
 from ..canonical import canonical_json
 from ..engine import Engine, Unmemoized
@@ -58,13 +57,31 @@ from ..events import EventHook
 from ..policy import Policy, PolicyOptions
 from ..reconcile import ReconcileCall, ReconcileOption, Reconciler, check_reconcile
 from ..stores.base import BaseIdempotencyStore
-from ._compat import init_options, lowlevel_server
-from ._wire import CAPABILITY, HEADER, META_PREFIX, check_key, check_prefix, error_data
+from ._compat import (
+    MCP_MAJOR,
+    background_task_tools,
+    call_tool_handler,
+    call_wrapped,
+    handlers_of,
+    init_options,
+    lowlevel_server,
+    make_error,
+    meta_dict,
+    set_call_tool_handler,
+)
+from ._wire import (
+    CAPABILITY,
+    EXTENSION,
+    HEADER,
+    META_PREFIX,
+    check_key,
+    check_prefix,
+    error_data,
+)
 
 __all__ = ["McpIdempotency"]
 
 OnBusy = Literal["wait", "reject"]
-Handler = Callable[[types.CallToolRequest], Awaitable[types.ServerResult]]
 
 #: JSON-RPC code of "a call with this key is still running" (a server-defined code).
 IN_PROGRESS_CODE: Final = -32003
@@ -123,15 +140,17 @@ class McpIdempotency:
     # -- installing ----------------------------------------------------------------------
 
     def install(self, server: Any) -> Any:
-        """Protect ``server`` (a ``fastmcp.FastMCP``, the SDK's ``FastMCP`` or a low-level
-        ``Server``) and return it. Installing the same instance twice does nothing; a
-        second ``McpIdempotency`` on one server is refused (one would run inside the other)."""
+        """Protect ``server`` (a ``fastmcp.FastMCP``, the SDK's ``FastMCP`` / ``MCPServer`` or a
+        low-level ``Server``) and return it. A protected fastmcp tool that may run as a
+        background task (``task=True``) is refused: its elicitation rounds and result travel
+        in ``tasks/*`` requests, which this middleware does not follow. Installing the same
+        instance twice does nothing; a second ``McpIdempotency`` on one server is refused (one
+        would run inside the other)."""
         lowlevel = lowlevel_server(server)
-        handlers = getattr(lowlevel, "request_handlers", None)
-        if not isinstance(handlers, dict):
+        if handlers_of(lowlevel) is None:
             raise TypeError(
-                "McpIdempotency installs on an MCP server (fastmcp.FastMCP, "
-                f"mcp.server.fastmcp.FastMCP or mcp.server.lowlevel.Server), got "
+                "McpIdempotency installs on an MCP server (fastmcp.FastMCP, the SDK's "
+                "FastMCP / MCPServer or mcp.server.lowlevel.Server), got "
                 f"{type(server).__name__}"
             )
         installed = getattr(lowlevel, _INSTALLED, None)
@@ -142,10 +161,21 @@ class McpIdempotency:
                 "this server already has an McpIdempotency; use one per server (give it "
                 "every tool to protect in tools=[...])"
             )
-        inner = handlers.get(types.CallToolRequest)
-        if inner is None:
+        if call_tool_handler(lowlevel) is None:
             raise ValueError("this server has no tools/call handler yet; register tools first")
-        handlers[types.CallToolRequest] = self._wrap(inner)
+        tasks = [
+            name
+            for name in background_task_tools(server)
+            if self.tools is None or name in self.tools
+        ]
+        if tasks:
+            raise ValueError(
+                f"McpIdempotency cannot follow tool(s) {tasks}: they may run as background "
+                "tasks (task=True), whose input requests (elicitation) and result travel in "
+                "tasks/* requests this middleware does not see, so a resumed or re-sent call "
+                "could run twice; register them with task=False, or leave them out of tools=[...]"
+            )
+        set_call_tool_handler(lowlevel, self._shim)
         original = lowlevel.get_capabilities
 
         def get_capabilities(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
@@ -157,21 +187,46 @@ class McpIdempotency:
 
     def __call__(self, *args: Any) -> Any:
         """``McpIdempotency(...)(server)`` installs and returns the server; called by FastMCP
-        as middleware (``context, call_next``) it installs on the first ``initialize``."""
+        as middleware (``context, call_next``) it installs on the first message it sees
+        (``initialize``, or on protocol 2026-07-28 ``server/discover`` or any request)."""
         if len(args) == 1:
             return self.install(args[0])
         context, call_next = args
         return self._on_message(context, call_next)
 
     async def _on_message(self, context: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
-        if getattr(context, "method", None) == "initialize":
-            fastmcp_context = context.fastmcp_context
-            self.install(fastmcp_context.fastmcp)
+        fastmcp_context: Any = getattr(context, "fastmcp_context", None)
+        server = getattr(fastmcp_context, "fastmcp", None)
+        if server is None:
+            return await call_next(context)
+        lowlevel = lowlevel_server(server)
+        if getattr(lowlevel, _INSTALLED, None) is self:
+            return await call_next(context)
+        self.install(server)
+        if context.method == "tools/call":
+            # A stateless request (2026-07-28) reached the server before any other: the
+            # SDK had already picked the unwrapped handler, so run the wrapped one here.
+            return await self._first_call(lowlevel, fastmcp_context, context.message)
+        if context.method == "initialize":
             # This session's options were made before the install: advertise here too.
             options = init_options(fastmcp_context.session)
             if options is not None:
                 options.capabilities = self.advertise(options.capabilities)
         return await call_next(context)
+
+    async def _first_call(self, lowlevel: Any, fastmcp_context: Any, params: Any) -> Any:
+        from fastmcp.tools import ToolResult
+
+        result = await call_wrapped(lowlevel, fastmcp_context.request_context, params)
+        if not isinstance(result, types.CallToolResult):
+            return result
+        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return ToolResult(
+            content=result.content,
+            structured_content=dumped.get("structuredContent"),
+            meta=dumped.get("_meta"),
+            is_error=bool(dumped.get("isError")),
+        )
 
     def advertise(self, capabilities: types.ServerCapabilities) -> types.ServerCapabilities:
         """``capabilities`` with ``tools.idempotency`` set (SEP-3182's capability)."""
@@ -181,35 +236,40 @@ class McpIdempotency:
         if self.tools is not None:
             detail["tools"] = sorted(self.tools)
         tools = capabilities.tools.model_copy(update={CAPABILITY: detail})
-        return capabilities.model_copy(update={"tools": tools})
+        update: dict[str, Any] = {"tools": tools}
+        if MCP_MAJOR >= 2:
+            # mcp 2's ToolsCapability drops fields it does not know: say it as an
+            # extension (SEP-2133) too, which the SDK carries.
+            extensions = dict(getattr(capabilities, "extensions", None) or {})
+            update["extensions"] = {**extensions, EXTENSION: detail}
+        return capabilities.model_copy(update=update)
 
     # -- one call ------------------------------------------------------------------------
 
-    def _wrap(self, inner: Handler) -> Handler:
-        async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
-            params = request.params
-            if self.tools is not None and params.name not in self.tools:
-                return await inner(request)
-            key = self._key_of(params)
-            if key is None:
-                if self.require_key:
-                    raise McpError(
-                        types.ErrorData(
-                            code=types.INVALID_PARAMS,
-                            message=f"tool {params.name!r} requires an idempotency key "
-                            f"(params.idempotencyKey or _meta[{self.meta_prefix + 'key'!r}])",
-                            data=error_data("idempotency_key_required"),
-                        )
-                    )
-                return await inner(request)
-            return await self._run(key, request, inner)
-
-        return call_tool
+    async def _shim(
+        self,
+        params: types.CallToolRequestParams,
+        raw: Mapping[str, Any],
+        http_request: Any,
+        inner: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        if self.tools is not None and params.name not in self.tools:
+            return await inner()
+        key = self._key_of(params, raw, http_request)
+        if key is None:
+            if self.require_key:
+                raise make_error(
+                    types.INVALID_PARAMS,
+                    f"tool {params.name!r} requires an idempotency key "
+                    f"(params.idempotencyKey or _meta[{self.meta_prefix + 'key'!r}])",
+                    error_data("idempotency_key_required"),
+                )
+            return await inner()
+        return await self._run(key, params, inner)
 
     async def _run(
-        self, key: str, request: types.CallToolRequest, inner: Handler
-    ) -> types.ServerResult:
-        params = request.params
+        self, key: str, params: types.CallToolRequestParams, inner: Callable[[], Awaitable[Any]]
+    ) -> Any:
         arguments = params.arguments or {}
         client = self._client_id() or "anonymous"
         record_key = f"mcp|{self.engine.policy.namespace}|{client}|{key}"
@@ -218,12 +278,11 @@ class McpIdempotency:
         ).hexdigest()
 
         async def action() -> Any:
-            response = await inner(request)
-            result = response.root
+            result = await inner()
             if not isinstance(result, types.CallToolResult):
-                return Unmemoized(response)  # a task handle (SEP-1686): not a result
+                return Unmemoized(result)  # a task handle (SEP-1686): not a result
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-            if result.isError and not self.store_errors:
+            if dumped.get("isError") and not self.store_errors:
                 return Unmemoized(dumped)
             return dumped
 
@@ -242,31 +301,30 @@ class McpIdempotency:
             raise _error(IN_PROGRESS_CODE, "idempotency_key_in_progress", exc, key) from exc
         except StoreUnavailableError as exc:
             message = f"the idempotency store is unavailable, so the tool was not run: {exc}"
-            raise McpError(
-                types.ErrorData(
-                    code=types.INTERNAL_ERROR,
-                    message=message,
-                    data=error_data("idempotency_store_unavailable", idempotencyKey=key),
-                )
+            raise make_error(
+                types.INTERNAL_ERROR,
+                message,
+                error_data("idempotency_store_unavailable", idempotencyKey=key),
             ) from exc
         except OutcomeUnknownError as exc:
             raise _error(types.INTERNAL_ERROR, "idempotency_outcome_unknown", exc, key) from exc
         if isinstance(value, dict):
-            return types.ServerResult(types.CallToolResult.model_validate(value))
-        assert isinstance(value, types.ServerResult)
+            return types.CallToolResult.model_validate(value)
         return value
 
-    def _key_of(self, params: types.CallToolRequestParams) -> str | None:
+    def _key_of(
+        self, params: types.CallToolRequestParams, raw: Mapping[str, Any], http_request: Any
+    ) -> str | None:
         """The key this request carries, checked; ``None`` without one. Bad keys are an
         ``idempotency_key_invalid`` error."""
         found: list[tuple[str, object]] = []
-        extra = params.model_extra or {}
-        if "idempotencyKey" in extra:
-            found.append(("params.idempotencyKey", extra["idempotencyKey"]))
-        meta = params.meta.model_dump() if params.meta is not None else {}
+        if "idempotencyKey" in raw:
+            found.append(("params.idempotencyKey", raw["idempotencyKey"]))
+        meta = meta_dict(params.meta)
         if self.meta_prefix + "key" in meta:
             found.append((f"_meta[{self.meta_prefix + 'key'!r}]", meta[self.meta_prefix + "key"]))
-        header = _header(HEADER)
+        headers: Mapping[str, str] | None = getattr(http_request, "headers", None)
+        header = None if headers is None else headers.get(HEADER)
         if header is not None:
             found.append((f"the {HEADER} header", header))
         if not found:
@@ -276,20 +334,14 @@ class McpIdempotency:
             try:
                 keys[where] = check_key(value)
             except ValueError as exc:
-                raise McpError(
-                    types.ErrorData(
-                        code=types.INVALID_PARAMS,
-                        message=f"{where}: {exc}",
-                        data=error_data("idempotency_key_invalid"),
-                    )
+                raise make_error(
+                    types.INVALID_PARAMS, f"{where}: {exc}", error_data("idempotency_key_invalid")
                 ) from None
         if len(set(keys.values())) > 1:
-            raise McpError(
-                types.ErrorData(
-                    code=types.INVALID_PARAMS,
-                    message=f"the request carries different idempotency keys in {', '.join(keys)}",
-                    data=error_data("idempotency_key_invalid"),
-                )
+            raise make_error(
+                types.INVALID_PARAMS,
+                f"the request carries different idempotency keys in {', '.join(keys)}",
+                error_data("idempotency_key_invalid"),
             )
         return next(iter(keys.values()))
 
@@ -316,8 +368,9 @@ def _result_hook(hook: Reconciler) -> Reconciler:
         if not isinstance(found, types.CallToolResult):
             if isinstance(found, dict):
                 text = json.dumps(found, indent=2)
-                found = types.CallToolResult(
-                    content=[types.TextContent(type="text", text=text)], structuredContent=found
+                content = [{"type": "text", "text": text}]
+                found = types.CallToolResult.model_validate(
+                    {"content": content, "structuredContent": found}
                 )
             else:
                 found = types.CallToolResult(
@@ -328,10 +381,8 @@ def _result_hook(hook: Reconciler) -> Reconciler:
     return reconcile
 
 
-def _error(code: int, kind: Any, exc: Exception, key: str) -> McpError:
-    return McpError(
-        types.ErrorData(code=code, message=str(exc), data=error_data(kind, idempotencyKey=key))
-    )
+def _error(code: int, kind: Any, exc: Exception, key: str) -> Exception:
+    return make_error(code, str(exc), error_data(kind, idempotencyKey=key))
 
 
 def _authenticated_client() -> str | None:
@@ -340,15 +391,3 @@ def _authenticated_client() -> str | None:
 
     token = get_access_token()
     return token.client_id if token is not None else None
-
-
-def _header(name: str) -> str | None:
-    """A header of the HTTP request being handled (``None`` on stdio)."""
-    from mcp.server.lowlevel.server import request_ctx
-
-    try:
-        request = request_ctx.get().request
-    except LookupError:
-        return None
-    headers: Mapping[str, str] | None = getattr(request, "headers", None)
-    return None if headers is None else headers.get(name)

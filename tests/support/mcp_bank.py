@@ -6,7 +6,9 @@ stdio (the adapters spawn one process per session, so a killed server is "restar
 the next call). ``await bank.tool(...)`` is the refund tool as an agent would get it:
 ``MultiServerMCPClient`` with :class:`IdempotencyKeyInterceptor`, wrapped with
 ``idempotent()`` over its own client-side store (each call of ``tool()`` is another
-client host, unless a store is given).
+client host, unless a store is given). ``bank.fastmcp_client()`` is a ``fastmcp.Client``
+to the same server (what LangChain's ``langchain.mcp`` calls through); the adapters are
+imported only by ``client()``, so the rest works where they are not installed (mcp 2).
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.tools import BaseTool
-from langchain_mcp_adapters.client import MultiServerMCPClient
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
-from langchain_idempotent.mcp import IdempotencyKeyInterceptor
 
-from .mcp_servers import RefundMcpServer, Rows, http_connection, stdio_connection
+from .mcp_servers import SCRIPT, RefundMcpServer, Rows, http_connection, stdio_connection
+
+if TYPE_CHECKING:
+    from fastmcp import Client
+    from langchain_mcp_adapters.client import MultiServerMCPClient
 
 T = TypeVar("T")
 
@@ -38,6 +42,7 @@ class Bank:
         self.events = directory / "events.log"
         self.hold = directory / "hold"
         self.server: RefundMcpServer | None = None
+        self.args = args
         if transport == "http":
             self.server = RefundMcpServer(directory, args)
             self.server.start()
@@ -47,9 +52,28 @@ class Bank:
             self.connection = stdio_connection(args)
 
     def client(self, **kwargs: Any) -> MultiServerMCPClient:
+        from langchain_mcp_adapters.client import MultiServerMCPClient
+
+        from langchain_idempotent.mcp import IdempotencyKeyInterceptor
+
         client = MultiServerMCPClient({"bank": self.connection})  # type: ignore[dict-item]
         client.tool_interceptors = [IdempotencyKeyInterceptor(client, **kwargs)]
         return client
+
+    def fastmcp_client(self) -> Client[Any]:
+        """A ``fastmcp.Client`` to this server: streamable HTTP to the kept-alive process,
+        or stdio (the client spawns the server; a killed one is respawned on reconnect)."""
+        import os
+        import sys
+
+        from fastmcp import Client
+        from fastmcp.client.transports import StdioTransport
+
+        if self.server is not None:
+            return Client(self.server.url, timeout=8)
+        argv = [SCRIPT, "--transport", "stdio", *self.args]
+        transport = StdioTransport(sys.executable, argv, env=dict(os.environ), keep_alive=False)
+        return Client(transport, timeout=120)
 
     async def raw_tool(self) -> BaseTool:
         return (await self.client().get_tools())[0]

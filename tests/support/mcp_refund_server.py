@@ -4,7 +4,7 @@
         [--transport http --port N | --transport stdio] [--sdk]
         [--die-after effect|record --die-marker FILE] [--hold FILE]
         [--reconcile] [--on-busy wait|reject] [--lease S] [--require-key]
-        [--store-url REDIS_URL] [--events FILE]
+        [--store-url REDIS_URL] [--events FILE] [--elicit]
 
 Without ``--store`` the server is plain (no McpIdempotency). ``refund`` inserts one row in
 ``ROWS.db`` (with the idempotency key the server's engine handed the tool, if any) and
@@ -12,10 +12,11 @@ returns ``{"refund_id", "order_id", "amount"}`` as structured content (a non-pos
 amount is an error, nothing inserted: an ``isError`` result).
 
 Faults: ``--die-after effect`` SIGKILLs the server right after the row commits (before a
-record or a reply); ``--die-after record`` right after the result is recorded (plain:
-after the row), before the reply. ``--die-marker FILE``: die only if FILE does not exist
-yet (it is created first), so a restarted server runs normally. ``--hold FILE``: after
-the row commits, wait until FILE exists before answering (two calls at once).
+record or a reply); ``--die-after record`` right after the result is recorded (plain, or
+a call without a key: after the row), before the reply. ``--die-marker FILE``: die only if
+FILE does not exist yet (it is created first), so a restarted server runs normally.
+``--hold FILE``: after the row commits, wait until FILE exists before answering (two calls
+at once).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def main() -> None:
     parser.add_argument("--require-key", action="store_true")
     parser.add_argument("--store-url", help="a Redis URL for the idempotency store")
     parser.add_argument("--events", help="append the engine's event kinds to this file")
+    parser.add_argument("--elicit", action="store_true", help="add confirmed_refund (fastmcp 4)")
     opts = parser.parse_args()
 
     from langchain_idempotent import get_idempotency_context
@@ -81,23 +83,65 @@ def main() -> None:
             "INSERT INTO refunds (order_id, amount, idem_key) VALUES (?, ?, ?)",
             (order_id, amount, ctx.key if ctx else None),
         )
-        if opts.die_after == "effect" or (opts.die_after == "record" and opts.store is None):
+        # "record" with no record to wait for (a plain server, or a call without a key):
+        # right after the row.
+        unrecorded = opts.store is None or ctx is None
+        if opts.die_after == "effect" or (opts.die_after == "record" and unrecorded):
             die_once(opts.die_marker)
         if opts.hold:
             while not Path(opts.hold).exists():
                 await asyncio.sleep(0.01)
         return {"refund_id": cur.lastrowid, "order_id": order_id, "amount": amount}
 
+    sdk_run: dict[str, Any] = {}
     if opts.sdk:
-        from mcp.server.fastmcp import FastMCP as SdkFastMCP
+        try:  # mcp 1
+            from mcp.server.fastmcp import FastMCP as SdkFastMCP
 
-        server: Any = SdkFastMCP("refunds", host="127.0.0.1", port=opts.port, log_level="WARNING")
+            server: Any = SdkFastMCP(
+                "refunds", host="127.0.0.1", port=opts.port, log_level="WARNING"
+            )
+        except ModuleNotFoundError:  # mcp 2 renamed it MCPServer; host and port go to run()
+            from mcp.server.mcpserver import MCPServer
+
+            server = MCPServer("refunds", log_level="WARNING")
+            sdk_run = {"host": "127.0.0.1", "port": opts.port}
         server.tool()(refund)
     else:
         from fastmcp import FastMCP
 
         server = FastMCP("refunds")
         server.tool(refund)
+
+    if opts.elicit:
+        # A tool that asks for the amount first, SEP-2322's way (protocol 2026-07-28,
+        # fastmcp 4): it returns an InputRequiredResult, and the client re-sends the
+        # tools/call with the answer, which re-runs the tool from the start.
+        from fastmcp import Context
+        from mcp import types
+
+        async def confirmed_refund(order_id: str, ctx: Any) -> Any:
+            """Refund order `order_id`, asking how much."""
+            answers = ctx.input_responses
+            if not answers:
+                question = types.ElicitRequestFormParams(
+                    message=f"How much to refund on {order_id}?",
+                    requested_schema={
+                        "type": "object",
+                        "properties": {"amount": {"type": "number"}},
+                        "required": ["amount"],
+                    },
+                )
+                return types.InputRequiredResult(
+                    input_requests={"amount": types.ElicitRequest(params=question)}
+                )
+            answer: Any = answers["amount"]
+            return await refund(order_id, float(answer.content["amount"]))
+
+        # (annotations are strings here: FastMCP resolves them in this module's globals)
+        confirmed_refund.__annotations__.update(ctx=Context, order_id=str, return_=Any)
+        confirmed_refund.__annotations__["return"] = confirmed_refund.__annotations__.pop("return_")
+        server.tool(confirmed_refund)
 
     if opts.store or opts.store_url:
         from langchain_idempotent.mcp import McpIdempotency
@@ -128,7 +172,7 @@ def main() -> None:
 
         idempotency = McpIdempotency(
             store,
-            tools=["refund"],
+            tools=["refund", *(["confirmed_refund"] if opts.elicit else [])],
             on_busy=opts.on_busy,
             require_key=opts.require_key,
             lease=opts.lease,
@@ -144,7 +188,7 @@ def main() -> None:
     if opts.transport == "stdio":
         server.run("stdio") if opts.sdk else server.run(transport="stdio", show_banner=False)
     elif opts.sdk:
-        server.run("streamable-http")
+        server.run("streamable-http", **sdk_run)
     else:
         server.run(
             transport="http",
