@@ -24,13 +24,31 @@ from langchain_core.messages import ToolMessage
 from pydantic import ValidationError
 
 from . import _batch, _siblings
-from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
+from ._compat import (
+    NEVER_TERMINAL,
+    NO_INJECTIONS,
+    InjectedParams,
+    forked_from,
+    graph_state_messages,
+    loud,
+    run_context,
+    state_channels,
+)
 from ._replay import mark_answer, restamp
 from ._siblings import StepCalls
 from .engine import Claimed, Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
-from .keys import CallInfo, DerivedKey, call_info, calling, derive_key
+from .keys import (
+    CallInfo,
+    DerivedKey,
+    InjectedInputError,
+    call_info,
+    calling,
+    check_key_state,
+    derive_key,
+    key_inputs,
+)
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -102,12 +120,23 @@ class PendingCall:
         tool_call_id: str | None,
         config: RunnableConfig,
         policy: Policy,
+        params: InjectedParams | None = None,
+        state: Any = None,
     ) -> PendingCall | None:
         """The call's key, or ``None`` when ``args`` do not fit ``schema`` (the tool then
-        reports them as it always does). A missing scope is raised as
-        :class:`~langchain_idempotent._compat.GraphMissingScopeError`: a programming
-        error that no tool-error handling may hand to the model."""
+        reports them as it always does). ``params`` are the tool's injected parameters,
+        whose inputs enter the key (:func:`~langchain_idempotent.keys.key_inputs`; the
+        graph ``state`` they are read from, when the arguments do not carry them). A
+        missing scope, a whole-state tool with no ``key_state`` and an injected input with
+        no canonical form are raised loud (:func:`~langchain_idempotent._compat.loud`):
+        programming errors that no tool-error handling may hand to the model."""
+        params = params or NO_INJECTIONS
         try:
+            check_key_state(tool, params, scope=policy.scope, key_state=policy.key_state)
+        except ValueError as exc:
+            raise loud(exc) from None
+        try:
+            inputs = _inputs(params, args, config, policy, state)
             info = call_info(
                 tool=tool,
                 schema=schema,
@@ -115,11 +144,13 @@ class PendingCall:
                 tool_call_id=tool_call_id,
                 config=config,
                 namespace=policy.namespace,
+                inputs=inputs,
+                hidden=params.hidden,
             )
             derived = derive_key(info, policy.scope)
         except ValidationError:
             return None
-        except MissingScopeError as exc:
+        except (MissingScopeError, InjectedInputError) as exc:
             raise loud(exc) from None
         k = 0
         if policy.identical_calls != "share" and tool_call_id is not None:
@@ -233,6 +264,37 @@ class PendingCall:
                         _event_name(event), _event_data(event), config=_made(config)
                     )
         return restamp(result, call_id, replayed=self.replayed)
+
+
+def _inputs(
+    params: InjectedParams,
+    args: str | Mapping[str, Any],
+    config: RunnableConfig,
+    policy: Policy,
+    state: Any,
+) -> dict[str, Any]:
+    """The call's injected inputs: from its arguments (ToolNode puts the injected values
+    there), the whole state the tool is given (or ``state``, or the graph's channels) and
+    the run's static context."""
+    given = args if isinstance(args, Mapping) else {}
+    if state is None:
+        for param in params.whole_state:
+            value = given.get(param)
+            state = getattr(value, "state", None) if param == params.runtime else value
+            if state is not None:
+                break
+    if state is None:
+        wanted = [f for p, f in params.state_fields if p not in given]
+        wanted += list(policy.key_state or ())
+        state = state_channels(config, tuple(wanted)) if wanted else None
+    return key_inputs(
+        params,
+        given,
+        state=state,
+        context=run_context(config),
+        key_state=policy.key_state,
+        exclude=policy.key_exclude,
+    )
 
 
 def unmemoized_if_error(result: Any) -> Any:

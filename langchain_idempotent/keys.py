@@ -49,7 +49,7 @@ import functools
 import hashlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -67,12 +67,19 @@ _seen_lock = threading.Lock()
 _SEEN_LIMIT = 10_000
 
 
+class InjectedInputError(InvalidArgumentsError):
+    """An input the model does not send (an injected value, a state field, the run's
+    context) has no canonical form: the application's to fix, never the model's."""
+
+
 class AgentCollisionWarning(UserWarning):
     """A key function gave two agents that the library tells apart the same key."""
 
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
+
+    from ._compat import InjectedParams
 
 __all__ = [
     "KEY_VERSION",
@@ -85,9 +92,11 @@ __all__ = [
     "by_field_name",
     "call_info",
     "calling",
+    "check_key_state",
     "derive_key",
     "explain_key",
     "graph_path",
+    "key_inputs",
     "model_schema",
     "visible_arguments",
 ]
@@ -104,7 +113,10 @@ TURN_CONFIG_KEY = "idempotency_turn"
 #: 1: thread, graph path without task ids, node, tool, arguments. 2: the graph path also
 #: drops per-task call counters; the agent's name and the calling call join the key;
 #: ``turn`` is the outermost graph's turn.
-KEY_VERSION = 2
+#: 3: the inputs the model does not send (``InjectedToolArg`` values, ``InjectedState``
+#: fields, ``key_state`` fields, the run's static context) join the key and the
+#: fingerprint; an injected ``runtime`` parameter never counts as a model argument.
+KEY_VERSION = 3
 
 #: The key and ``checkpoint_ns`` of the memoized call whose tool is running now.
 _calling: ContextVar[tuple[str, str] | None] = ContextVar(
@@ -144,6 +156,10 @@ class CallInfo:
     checkpoint_ns: str = ""
     #: The key of the memoized call this call runs inside (a sub-agent's caller), if any.
     parent_call: str | None = None
+    #: The inputs the model does not send that enter the key (:func:`key_inputs`):
+    #: ``{"args": {...}, "state": {...}, "context": ...}``, each part only when present.
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    canonical_inputs: bytes = b"{}"
 
 
 #: A user key function: gets the call's :class:`CallInfo`, returns a non-empty string that
@@ -195,8 +211,12 @@ def _legacy_tool() -> type[Any]:
     return Tool
 
 
-def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[str, Any]:
-    """The model-visible arguments, validated and normalised through ``schema``.
+def visible_arguments(
+    schema: Any, tool_input: str | Mapping[str, Any], hidden: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The model-visible arguments, validated and normalised through ``schema``; the
+    ``hidden`` (injected) parameters are validated but left out, though the schema shows
+    them (a ``runtime`` injected by name stays in ``tool_call_schema``).
 
     Raises :class:`pydantic.ValidationError` when the arguments do not fit the schema
     (the caller lets the tool report it the usual way).
@@ -215,13 +235,13 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
             first = next(iter(schema.model_fields), None)
             tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        return json_arguments(schema.model_validate(visible), fields)
+        return json_arguments(schema.model_validate(visible), fields - hidden if hidden else fields)
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(props, Mapping):
-        return {k: v for k, v in tool_input.items() if k in props}
-    return dict(tool_input)
+        return {k: v for k, v in tool_input.items() if k in props and k not in hidden}
+    return {k: v for k, v in tool_input.items() if k not in hidden}
 
 
 def by_field_name(args_schema: Any, tool_input: Any) -> Any:
@@ -284,8 +304,13 @@ def call_info(
     tool_call_id: str | None,
     config: RunnableConfig,
     namespace: str,
+    inputs: Mapping[str, Any] | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> CallInfo:
-    args = visible_arguments(schema, tool_input)
+    """What one call is; ``inputs`` are its injected inputs (:func:`key_inputs`),
+    ``hidden`` the injected parameters that are no model argument."""
+    args = visible_arguments(schema, tool_input, hidden)
+    inputs = inputs or {}
     configurable = config.get("configurable") or {}
     metadata = config.get("metadata") or {}
     ns = configurable.get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns")
@@ -305,6 +330,113 @@ def call_info(
         agent_name=str(agent) if agent else None,
         checkpoint_ns=ns,
         parent_call=_parent_call(ns),
+        inputs=inputs,
+        canonical_inputs=_canonical_inputs(tool, inputs) if inputs else b"{}",
+    )
+
+
+#: The name in ``key_exclude`` that keeps the run's static context out of the key.
+CONTEXT = "context"
+
+
+def key_inputs(
+    params: InjectedParams,
+    args: Mapping[str, Any],
+    *,
+    state: Any = None,
+    context: Any = None,
+    key_state: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The inputs of one call that the model does not send but the effect depends on:
+    ``args``, the ``InjectedToolArg`` values (from the call's arguments); ``state``, each
+    ``InjectedState("field")`` and each ``key_state`` field (from the arguments the tool
+    gets, else from ``state``, the graph state); ``context``, the run's static context.
+    Names in ``exclude`` (parameters, or ``"context"``) stay out. A store handle, the
+    ``tool_call_id`` and the rest of a ``ToolRuntime`` never enter (docs/keys.md)."""
+    values = {p: args[p] for p in params.values if p in args and p not in exclude}
+    fields: dict[str, Any] = {}
+    for param, name in params.state_fields:
+        if param in exclude:
+            continue
+        if param in args:
+            fields[name] = args[param]
+        elif _has(state, name):
+            fields[name] = _get(state, name)
+    for name in key_state or ():
+        if _has(state, name):
+            fields[name] = _get(state, name)
+    out: dict[str, Any] = {}
+    if values:
+        out["args"] = values
+    if fields:
+        out["state"] = fields
+    if context is not None and CONTEXT not in exclude:
+        out["context"] = context
+    return out
+
+
+def _has(state: Any, name: str) -> bool:
+    if isinstance(state, Mapping):
+        return name in state
+    return state is not None and hasattr(state, name)
+
+
+def _get(state: Any, name: str) -> Any:
+    return state[name] if isinstance(state, Mapping) else getattr(state, name)
+
+
+def _canonical_inputs(tool: str, inputs: Mapping[str, Any]) -> bytes:
+    """RFC 8785 bytes of ``inputs``; an input with no canonical form (a connection, a
+    lock) is refused with its name and the option that keeps it out of the key."""
+    try:
+        return canonical_json(inputs)
+    except InvalidArgumentsError as exc:
+        where, fix = _uncanonical(inputs)
+        raise InjectedInputError(
+            f"tool {tool!r}: {where} is part of the idempotency key but has no canonical "
+            f"JSON form ({exc}). Give the value as data (ids, not handles), or pass {fix} "
+            "if the effect does not depend on it"
+        ) from exc
+
+
+def _uncanonical(inputs: Mapping[str, Any]) -> tuple[str, str]:
+    """Which input has no canonical form, and the option that keeps it out of the key."""
+    for name, value in (inputs.get("args") or {}).items():
+        if not _canonical(value):
+            return f"injected parameter {name!r}", f"key_exclude=[{name!r}]"
+    for name, value in (inputs.get("state") or {}).items():
+        if not _canonical(value):
+            fix = f"key_exclude=[<its parameter>] (or drop {name!r} from key_state)"
+            return f"state field {name!r}", fix
+    return "the run's static context", f"key_exclude=[{CONTEXT!r}]"
+
+
+def _canonical(value: Any) -> bool:
+    try:
+        canonical_json(value)
+    except InvalidArgumentsError:
+        return False
+    return True
+
+
+def check_key_state(
+    tool: str, params: InjectedParams, *, scope: Any, key_state: Sequence[str] | None
+) -> None:
+    """Refuse a tool that is given the whole graph state (``InjectedState`` without a
+    field, a ``ToolRuntime``) while nothing says which of it the effect depends on: the
+    library cannot see what it reads, and a replay to another input (another customer)
+    would be a wrong answer. Under ``scope="call"`` or a key function the key is not
+    made from the inputs, so there is nothing to refuse."""
+    if not params.whole_state or key_state is not None or callable(scope) or scope == "call":
+        return
+    raise ValueError(
+        f"tool {tool!r} is given the whole graph state ({', '.join(params.whole_state)}), "
+        "so the library cannot see which of it the effect depends on: a memoized answer "
+        "could be replayed to another input (another customer). Say which state fields "
+        "enter the key with key_state=['customer_id', ...], or key_state=() if the state "
+        "it reads never changes the effect; or use InjectedState('field') for each field "
+        "it reads, or a key function (scope=lambda call: ...)"
     )
 
 
@@ -313,6 +445,89 @@ def _parent_call(checkpoint_ns: str) -> str | None:
     if outer is None or outer[1] == checkpoint_ns:
         return None
     return outer[0]
+
+
+def _calling_tools() -> Any:
+    """The one handler that names the calling call of a sub-agent invoked from inside a
+    tool this library does not wrap (made on first use: importing the key model loads no
+    callback machinery).
+
+    At every tool run's start, the tool's name, its model-visible arguments (the
+    ``inputs`` LangChain reports, injected ones filtered out), its graph path and its own
+    calling call become :data:`_calling` for what runs inside it (LangChain copies the
+    context into the tool run after ``on_tool_start``); the tool run's end restores it.
+    It handles tool events only, inline."""
+    if _tracker:
+        return _tracker[0]
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class CallingTools(BaseCallbackHandler):
+        run_inline = True
+        ignore_llm = ignore_chain = ignore_retriever = ignore_chat_model = True
+        ignore_custom_event = ignore_retry = True
+
+        def __init__(self) -> None:
+            self._before: dict[Any, tuple[str, str] | None] = {}
+
+        def on_tool_start(
+            self,
+            serialized: dict[str, Any],
+            input_str: str,
+            *,
+            run_id: Any,
+            metadata: dict[str, Any] | None = None,
+            inputs: dict[str, Any] | None = None,
+            **kwargs: Any,
+        ) -> None:
+            ns = (metadata or {}).get("langgraph_checkpoint_ns")
+            ns = ns if isinstance(ns, str) else ""
+            outer = _calling.get()
+            try:
+                args: str | bytes = canonical_json(inputs if inputs is not None else input_str)
+            except InvalidArgumentsError:
+                args = input_str
+            name = str((serialized or {}).get("name") or kwargs.get("name") or "")
+            identity = _digest("caller", outer[0] if outer else "", graph_path(ns), name, args)
+            self._before[run_id] = outer
+            _calling.set((f"{name}:{identity[:32]}", ns))
+
+        def _ended(self, run_id: Any) -> None:
+            if run_id in self._before:
+                _calling.set(self._before.pop(run_id))
+
+        def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
+            self._ended(run_id)
+
+        def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+            self._ended(run_id)
+
+    _tracker.append(CallingTools())
+    return _tracker[0]
+
+
+_tracker: list[Any] = []
+_watching = threading.Lock()
+
+
+def is_calling_tools(handler: object) -> bool:
+    """Whether ``handler`` is the library's own tracker of calling tools."""
+    return bool(_tracker) and handler is _tracker[0]
+
+
+def watch_calling_tools() -> None:
+    """Install the tracker of calling tools (:func:`_calling_tools`) on every LangChain
+    run from now on, with a LangChain configure hook (once per process; called when a
+    tool is wrapped or a middleware is made)."""
+    if _tracker:
+        return
+    with _watching:
+        if _tracker:
+            return
+        from langchain_core.tracers.context import register_configure_hook
+
+        handler = _calling_tools()
+        var: ContextVar[Any] = ContextVar("langchain_idempotent_calling_tools", default=handler)
+        register_configure_hook(var, inheritable=True)
 
 
 def _digest(*parts: str | bytes) -> str:
@@ -342,7 +557,7 @@ class KeyExplanation:
 def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
     """The key, fingerprint and record meta for one call under ``scope``."""
     key = _key_of(*_key_parts(info, scope))
-    fingerprint = _digest("fp", info.tool, info.canonical_args)[:32]
+    fingerprint = _digest("fp", info.tool, info.canonical_args, info.canonical_inputs)[:32]
     meta = {
         "namespace": info.namespace,
         "thread_id": info.thread_id or "",
@@ -446,7 +661,7 @@ def _key_parts(
         ("tool", info.tool),
     ]
     if scope == "thread":
-        named.append(("arguments", info.canonical_args))
+        named += [("arguments", info.canonical_args), ("inputs", info.canonical_inputs)]
     elif scope == "call":
         if not info.tool_call_id:
             raise MissingScopeError(
@@ -454,7 +669,7 @@ def _key_parts(
                 "invoke it with a ToolCall ({'name', 'args', 'id', 'type': 'tool_call'}) or "
                 "use scope='thread'"
             )
-        named.append(("tool_call_id", info.tool_call_id))
+        named += [("tool_call_id", info.tool_call_id), ("inputs", info.canonical_inputs)]
     else:
         turn = _turn_id(info.config, nested=bool(info.parent_call or "|" in info.graph_path))
         if turn is None:
@@ -463,7 +678,11 @@ def _key_parts(
                 "state has no human message; pass config={'configurable': "
                 f"{{'{TURN_CONFIG_KEY}': ...}}}} to name the turn"
             )
-        named += [("arguments", info.canonical_args), ("turn", turn)]
+        named += [
+            ("arguments", info.canonical_args),
+            ("inputs", info.canonical_inputs),
+            ("turn", turn),
+        ]
     return scope, named
 
 
