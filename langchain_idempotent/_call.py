@@ -31,8 +31,6 @@ from ._compat import (
     forked_from,
     graph_state_messages,
     loud,
-    run_context,
-    state_channels,
 )
 from ._replay import mark_answer, restamp
 from ._siblings import StepCalls
@@ -44,10 +42,10 @@ from .keys import (
     DerivedKey,
     InjectedInputError,
     call_info,
+    call_inputs,
     calling,
     check_key_state,
     derive_key,
-    key_inputs,
 )
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
@@ -136,7 +134,14 @@ class PendingCall:
         except ValueError as exc:
             raise loud(exc) from None
         try:
-            inputs = _inputs(params, args, config, policy, state)
+            inputs = call_inputs(
+                params,
+                args,
+                config,
+                state=state,
+                key_state=policy.key_state,
+                exclude=policy.key_exclude,
+            )
             info = call_info(
                 tool=tool,
                 schema=schema,
@@ -264,37 +269,6 @@ class PendingCall:
                         _event_name(event), _event_data(event), config=_made(config)
                     )
         return restamp(result, call_id, replayed=self.replayed)
-
-
-def _inputs(
-    params: InjectedParams,
-    args: str | Mapping[str, Any],
-    config: RunnableConfig,
-    policy: Policy,
-    state: Any,
-) -> dict[str, Any]:
-    """The call's injected inputs: from its arguments (ToolNode puts the injected values
-    there), the whole state the tool is given (or ``state``, or the graph's channels) and
-    the run's static context."""
-    given = args if isinstance(args, Mapping) else {}
-    if state is None:
-        for param in params.whole_state:
-            value = given.get(param)
-            state = getattr(value, "state", None) if param == params.runtime else value
-            if state is not None:
-                break
-    if state is None:
-        wanted = [f for p, f in params.state_fields if p not in given]
-        wanted += list(policy.key_state or ())
-        state = state_channels(config, tuple(wanted)) if wanted else None
-    return key_inputs(
-        params,
-        given,
-        state=state,
-        context=run_context(config),
-        key_state=policy.key_state,
-        exclude=policy.key_exclude,
-    )
 
 
 def unmemoized_if_error(result: Any) -> Any:

@@ -91,6 +91,7 @@ __all__ = [
     "Scope",
     "by_field_name",
     "call_info",
+    "call_inputs",
     "calling",
     "check_key_state",
     "derive_key",
@@ -376,6 +377,41 @@ def key_inputs(
     return out
 
 
+def call_inputs(
+    params: InjectedParams,
+    args: str | Mapping[str, Any],
+    config: RunnableConfig,
+    *,
+    state: Any = None,
+    key_state: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """:func:`key_inputs` of one call as a tool gets it: from its arguments (ToolNode puts
+    the injected values there), the whole state the tool is given (else ``state``, else
+    the graph's channels) and the run's static context (from ``config``)."""
+    from ._compat import run_context, state_channels
+
+    given = args if isinstance(args, Mapping) else {}
+    if state is None:
+        for param in params.whole_state:
+            value = given.get(param)
+            state = getattr(value, "state", None) if param == params.runtime else value
+            if state is not None:
+                break
+    if state is None:
+        wanted = [f for p, f in params.state_fields if p not in given]
+        wanted += list(key_state or ())
+        state = state_channels(config, tuple(wanted)) if wanted else None
+    return key_inputs(
+        params,
+        given,
+        state=state,
+        context=run_context(config),
+        key_state=key_state,
+        exclude=exclude,
+    )
+
+
 def _has(state: Any, name: str) -> bool:
     if isinstance(state, Mapping):
         return name in state
@@ -601,13 +637,25 @@ def explain_key(
     args: Any = tool_input
     if isinstance(tool_input, Mapping) and tool_input.get("type") == "tool_call":
         args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
+    from ._compat import injected_params
+
+    params = injected_params(getattr(call, "inner", call))
+    config = config or {}
     info = call_info(
         tool=call.name,
         schema=model_schema(call),
         tool_input=args,
         tool_call_id=tool_call_id,
-        config=config or {},
+        config=config,
         namespace=namespace or str(getattr(policy, "namespace", "default")),
+        inputs=call_inputs(
+            params,
+            args,
+            config,
+            key_state=getattr(policy, "key_state", None),
+            exclude=getattr(policy, "key_exclude", ()),
+        ),
+        hidden=params.hidden,
     )
     return _explain(info, chosen)
 
