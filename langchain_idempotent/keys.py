@@ -1,8 +1,8 @@
 """Idempotency keys: which calls are "the same effect".
 
 ``key = sha256(version, namespace, scope, thread_id, graph path, node, agent, calling
-call, tool, canonical arguments[, scope part])``, every part length-prefixed so no two
-tuples collide; :func:`explain_key` shows the parts of one key.
+call, tool, canonical arguments, inputs[, scope part])``, every part length-prefixed so no
+two tuples collide; :func:`explain_key` shows the parts of one key.
 
 * version: ``v<canonicaliser>.k<key format>`` (:data:`KEY_VERSION`); changing either
   rule changes every key, so each is versioned.
@@ -16,11 +16,23 @@ tuples collide; :func:`explain_key` shows the parts of one key.
 * agent: ``metadata.lc_agent_name``, the innermost named agent (``create_agent(name=...)``,
   deepagents' sub-agents); a subgraph mounted as a node is already told apart by its path.
 * calling call: for a call made while another memoized call runs (a sub-agent invoked
-  from inside a wrapped tool, deepagents' ``task``), that call's key. A retry of the
-  calling call derives the same key, so the sub-agent's effects replay; two calling calls
-  (other tools, other arguments) never share one, so two sub-agents never collide.
-* canonical arguments: only the fields of the model-visible schema (injected state, store,
-  runtime and call ids never enter the key), validated through that schema, then RFC 8785.
+  from inside a wrapped tool, deepagents' ``task``), that call's key; inside a tool the
+  library does not wrap, that tool run's name, model-visible arguments, graph path and
+  own calling call (a LangChain configure hook, :func:`watch_calling_tools`, reads them
+  from ``on_tool_start``). A retry of the calling call derives the same key, so the
+  sub-agent's effects replay; two calling calls (other tools, other arguments) never
+  share one, so two sub-agents never collide.
+* canonical arguments: the fields of the model-visible schema (an injected parameter the
+  schema still shows, such as a ``runtime`` injected by name, is none), validated through
+  that schema, then RFC 8785.
+* inputs (:func:`key_inputs`): what the effect depends on that the model does not send:
+  ``InjectedToolArg`` values, ``InjectedState("field")`` values, the ``key_state`` fields
+  of a tool given the whole state (such a tool is refused without ``key_state``:
+  :func:`check_key_state`), and the run's static context (``Runtime.context``) unless
+  ``key_exclude=["context"]``; RFC 8785 too, and a value with no canonical form is
+  refused naming it. A store handle, the ``tool_call_id`` and the rest of a
+  ``ToolRuntime`` never enter: a handle has no value of its own, and a call id changes
+  when the LLM step re-runs (docs/keys.md has the table).
 
 Scopes (what one effect is):
 
@@ -38,8 +50,9 @@ function whatever the function returns (the arguments the function decides
          become the fingerprint)
 ======== ============================================ ======================================
 
-The fingerprint (a hash of tool and canonical arguments) is stored with the record: under
-``call`` or a key function, the same key with other arguments is rejected.
+The fingerprint (a hash of tool, canonical arguments and inputs) is stored with the
+record: under ``call`` or a key function, the same key with other arguments or inputs is
+rejected.
 """
 
 from __future__ import annotations
@@ -620,7 +633,8 @@ def explain_key(
 
     ``call`` is a :class:`CallInfo` (a key function or an approval predicate has one), or a
     tool (an :class:`~langchain_idempotent.IdempotentTool` brings its scope and namespace)
-    with the ``tool_input`` it is invoked with (a ``ToolCall`` or its arguments) and the
+    with the ``tool_input`` it is invoked with (a ``ToolCall`` or its arguments, injected
+    values included, as ToolNode passes them) and the
     ``config`` it runs under (``{"configurable": {"thread_id": ..., "checkpoint_ns": ...},
     "metadata": {"langgraph_node": ..., "lc_agent_name": ...}}``)::
 

@@ -483,3 +483,119 @@ def test_a_run_context_with_no_canonical_form_is_refused_naming_key_exclude_cont
         agent.invoke(
             {"messages": [HumanMessage("hi")]}, thread("bad-ctx"), context=Handles(threading.Lock())
         )
+
+
+# -- wrapping never changes what a tool answers ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_sub_agents_message_text_is_stored_and_replays_as_the_equal_str(mode: str) -> None:
+    """LangChain's sub-agent-as-a-tool pattern returns ``result["messages"][-1].text``, a
+    ``TextAccessor`` (a ``str`` subclass) since langchain-core 1.0."""
+    refunds, store = Refunds(), InMemoryIdempotencyStore()
+    billing = sub_agent(customer_refund(refunds, "A"))
+
+    @tool
+    def ask_billing(question: str) -> str:
+        """Ask the billing agent."""
+        return billing.invoke({"messages": [HumanMessage(question)]})["messages"][-1].text
+
+    asked = wrap(ask_billing, mode, store)
+    config = {"configurable": {"thread_id": f"text-{mode}"}}
+    first = asked.invoke({"question": "refund the late fee"}, config)
+    again = asked.invoke({"question": "refund the late fee"}, config)
+    assert first == again == "refunded 15.0 to A"
+    assert type(again) is (str if mode == "wrapped" else type(first))
+    assert refunds.paid == {"plain": {"A": 2}, "wrapped": {"A": 1}}[mode]
+
+
+@pytest.mark.parametrize("face", ["idempotent", "middleware"])
+def test_a_runtime_parameter_injected_by_name_is_no_model_argument(
+    face: str, tmp_path: Any
+) -> None:
+    """LangChain's own ``ShellToolMiddleware`` declares ``runtime: Annotated[Any,
+    SkipJsonSchema()] = None``: ToolNode injects the ``ToolRuntime`` by name, and
+    ``tool_call_schema`` still shows the field. Wrapped, the command runs once per key (it
+    reads its shell session from the state: ``key_state=()`` says that is no input)."""
+    from langchain.agents.middleware import ShellToolMiddleware
+
+    shell = ShellToolMiddleware(workspace_root=tmp_path)
+    assert "runtime" in shell.tools[0].tool_call_schema.model_fields
+    store = InMemoryIdempotencyStore()
+    middleware: list[Any] = [shell]
+    if face == "idempotent":
+        shell.tools = [idempotent(t, store, key_state=()) for t in shell.tools]
+    else:
+        middleware.append(IdempotencyMiddleware(store, tools=["shell"], key_state=()))
+    command = {"command": "echo paid >> ledger.txt; wc -l < ledger.txt"}
+    agent = create_agent(
+        ScriptedChatModel(then=on_each_turn(("shell", command))),
+        middleware=middleware,
+        checkpointer=InMemorySaver(),
+    )
+    answers = []
+    for _ in range(2):  # the second is the request re-sent
+        out = agent.invoke({"messages": [HumanMessage("pay")]}, thread(f"shell-{face}"))
+        answers.append(told(out["messages"]).strip())
+    assert answers == ["1", "1"]
+    assert (tmp_path / "ledger.txt").read_text() == "paid\n"
+
+
+def swarm_middleware(handoff: str | None) -> Callable[[], list[Any]]:
+    names = ["issue_refund", "transfer_to_bob", "transfer_to_alice"]
+    options: dict[str, Any] = {} if handoff is None else {"handoff": handoff, "key_state": ()}
+    return lambda: [IdempotencyMiddleware(STORE, tools=names, **options)]
+
+
+STORE = InMemoryIdempotencyStore()
+
+
+def test_the_middleware_refuses_a_handoff_it_names_unless_told_what_its_replay_means() -> None:
+    """One rule for both faces: ``idempotent()`` refuses a state-reading ``Command`` tool
+    without ``handoff=``; so does the middleware, at the handoff's first call (loud, past
+    the tool-error handling) or when it is given the tool itself."""
+    from langgraph_swarm import create_handoff_tool, create_swarm
+
+    from tests.support.agents import Ledger, refund_tool, swarm_agents
+
+    to_bob, to_alice = (
+        create_handoff_tool(agent_name="bob"),
+        create_handoff_tool(agent_name="alice"),
+    )
+    graph = create_swarm(
+        swarm_agents(refund_tool(Ledger()), to_bob, to_alice, swarm_middleware(None)),
+        default_active_agent="alice",
+    ).compile(checkpointer=InMemorySaver())
+    with pytest.raises(ValueError, match="handoff='rerun'") as refused:
+        graph.invoke({"messages": [HumanMessage("refund INV-7, $140")]}, thread("mw-handoff"))
+    assert "transfer_to_bob" in str(refused.value)
+    with pytest.raises(ValueError, match="handoff='rerun'"):
+        IdempotencyMiddleware(STORE, tools=[to_bob])
+    with pytest.raises(ValueError, match="'rerun' or 'replay'"):
+        IdempotencyMiddleware(STORE, tools=["transfer_to_bob"], handoff="always")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("handoff", ["rerun", "replay"])
+def test_a_swarm_behind_the_middleware_re_sent_refunds_once_with_a_valid_history(
+    handoff: str,
+) -> None:
+    from langgraph_swarm import create_handoff_tool, create_swarm
+
+    from tests.support.agents import Ledger, refund_tool, swarm_agents
+    from tests.support.graphs import assert_every_call_answered
+
+    ledger = Ledger()
+    to_bob, to_alice = (
+        create_handoff_tool(agent_name="bob"),
+        create_handoff_tool(agent_name="alice"),
+    )
+    graph = create_swarm(
+        swarm_agents(refund_tool(ledger), to_bob, to_alice, swarm_middleware(handoff)),
+        default_active_agent="alice",
+    ).compile(checkpointer=InMemorySaver())
+    config = thread(f"mw-swarm-{handoff}")
+    for _ in range(3):
+        out = graph.invoke({"messages": [HumanMessage("refund INV-7, $140")]}, config)
+        assert_every_call_answered(out["messages"])
+        assert out["messages"][-1].content == "bob has refunded you"
+    assert ledger.count("refund") == 1
