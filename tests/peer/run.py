@@ -72,6 +72,11 @@ _UNSTORABLE = (
     "returns an object that cannot replay as itself (a class defined in the test, not in "
     "allowed_types, or holding a bare object()): refused on the first call"
 )
+_UNKEYABLE = (
+    "passes a plain object (a class defined in the test) as an InjectedToolArg: an injected "
+    "value enters the key, and one with no canonical form is refused at the first call, "
+    "naming key_exclude=[...] (docs/keys.md)"
+)
 _CORE = "tests/unit_tests/test_tools.py::"
 _CORE_BY_DESIGN = {
     f"{_CORE}test_structured_tool_types_parsed": _ISINSTANCE,
@@ -81,6 +86,8 @@ _CORE_BY_DESIGN = {
     f"{_CORE}test_tool_class_callable_attribute_annotation_is_not_injected": _UNSTORABLE,
     "tests/unit_tests/test_tools_postponed_annotations.py::"
     "test_class_callable_resolves_postponed_injected_arg": _UNSTORABLE,
+    f"{_CORE}test_injected_arg_with_complex_type": _UNKEYABLE,
+    f"{_CORE}test_tool_injected_arg_with_custom_schema": _UNKEYABLE,
 }
 _RA, _TN = "tests/test_react_agent.py::", "tests/test_tool_node.py::"
 _PREBUILT_THREAD = {
@@ -103,8 +110,9 @@ _PREBUILT_THREAD = {
         "streams the same graph twice; the second run replays, so the tool writes no custom events"
     ),
     f"{_TN}test_tool_node_inject_state[_InjectStateSchema]": (
-        "calls tool1 with the same arguments and a state missing 'bar'; injected state is "
-        "not part of the key, so the earlier answer replays instead of the KeyError"
+        "calls tool1 (given the whole state) with the same arguments and a state missing "
+        "'foo'; wrapped with key_state=() (the suite does not say which fields it reads), "
+        "the earlier answer replays instead of the KeyError"
     ),
     **{
         f"{_TN}test_tool_node_send_tool_call_gets_same_state_as_edge[{schema}]": (
