@@ -93,6 +93,8 @@ class PendingCall:
     schema: Any = None
     #: How many identical calls precede this one in its batch (``identical_calls``).
     duplicate: int = 0
+    #: The tool's injected parameters (a reviewer's edit keeps the call's inputs).
+    params: InjectedParams | None = None
 
     @property
     def args(self) -> Mapping[str, Any]:
@@ -120,6 +122,7 @@ class PendingCall:
         policy: Policy,
         params: InjectedParams | None = None,
         state: Any = None,
+        inputs: Mapping[str, Any] | None = None,
     ) -> PendingCall | None:
         """The call's key, or ``None`` when ``args`` do not fit ``schema`` (the tool then
         reports them as it always does). ``params`` are the tool's injected parameters,
@@ -134,14 +137,15 @@ class PendingCall:
         except ValueError as exc:
             raise loud(exc) from None
         try:
-            inputs = call_inputs(
-                params,
-                args,
-                config,
-                state=state,
-                key_state=policy.key_state,
-                exclude=policy.key_exclude,
-            )
+            if inputs is None:
+                inputs = call_inputs(
+                    params,
+                    args,
+                    config,
+                    state=state,
+                    key_state=policy.key_state,
+                    exclude=policy.key_exclude,
+                )
             info = call_info(
                 tool=tool,
                 schema=schema,
@@ -165,7 +169,9 @@ class PendingCall:
         branch = forked_from(config) if policy.on_fork == "run" else None
         if branch is not None:  # a time-travel branch: its calls are new effects
             derived = _batch.separate(derived, f"fork:{branch}")
-        pending = cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
+        pending = cls(
+            derived, tool, tool_input, tool_call_id, info=info, schema=schema, params=params
+        )
         pending.duplicate = k
         return pending
 
@@ -177,8 +183,8 @@ class PendingCall:
     def with_args(
         self, tool_input: Any, args: Mapping[str, Any], config: RunnableConfig, policy: Policy
     ) -> PendingCall | None:
-        """The same call with other arguments (a reviewer's edit), under their own key;
-        ``None`` when they do not fit the schema."""
+        """The same call with other arguments (a reviewer's edit), under their own key
+        and with the same injected inputs; ``None`` when they do not fit the schema."""
         return PendingCall.derive(
             tool=self.tool,
             schema=self.schema,
@@ -187,6 +193,8 @@ class PendingCall:
             tool_call_id=self.tool_call_id,
             config=config,
             policy=policy,
+            params=self.params,
+            inputs=None if self.info is None else self.info.inputs,
         )
 
     def observe(self, event: IdempotencyEvent) -> None:

@@ -599,3 +599,26 @@ def test_a_swarm_behind_the_middleware_re_sent_refunds_once_with_a_valid_history
         assert_every_call_answered(out["messages"])
         assert out["messages"][-1].content == "bob has refunded you"
     assert ledger.count("refund") == 1
+
+
+def test_the_explain_command_with_the_inputs_gives_the_stored_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator reproduces the key of a call whose inputs the model did not send."""
+    from langchain_idempotent.cli import main
+
+    store = InMemoryIdempotencyStore()
+
+    @tool
+    def refund_late_fee(amount: float, customer: Annotated[str, InjectedState("customer")]) -> str:
+        """Refund the customer's late fee."""
+        return f"refunded {amount} to {customer}"
+
+    turn = graph_turns([idempotent(refund_late_fee, store)], "explain-inputs")
+    turn("B")
+    [record] = store.list(thread_id="explain-inputs")
+    argv = ["--tool", "refund_late_fee", "--args", '{"amount": 15}', "--thread", "explain-inputs"]
+    argv += ["--checkpoint-ns", "tools:0b29f1", "--node", "tools", "--key", record.key]
+    assert main(["explain", *argv, "--inputs", '{"state": {"customer": "B"}}']) == 0
+    assert '{"state":{"customer":"B"}}' in capsys.readouterr().out
+    assert main(["explain", *argv, "--inputs", '{"state": {"customer": "A"}}']) == 1
