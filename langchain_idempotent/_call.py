@@ -24,13 +24,29 @@ from langchain_core.messages import ToolMessage
 from pydantic import ValidationError
 
 from . import _batch, _siblings
-from ._compat import NEVER_TERMINAL, forked_from, graph_state_messages, loud
+from ._compat import (
+    NEVER_TERMINAL,
+    NO_INJECTIONS,
+    InjectedParams,
+    forked_from,
+    graph_state_messages,
+    loud,
+)
 from ._replay import mark_answer, restamp
 from ._siblings import Sibling, StepCalls
 from .engine import Claimed, Engine, Unmemoized
 from .errors import MissingScopeError
 from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
-from .keys import CallInfo, DerivedKey, call_info, calling, derive_key
+from .keys import (
+    CallInfo,
+    DerivedKey,
+    InjectedInputError,
+    call_info,
+    call_inputs,
+    calling,
+    check_key_state,
+    derive_key,
+)
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -77,6 +93,8 @@ class PendingCall:
     schema: Any = None
     #: How many identical calls precede this one in its batch (``identical_calls``).
     duplicate: int = 0
+    #: The tool's injected parameters (a reviewer's edit keeps the call's inputs).
+    params: InjectedParams | None = None
 
     @property
     def args(self) -> Mapping[str, Any]:
@@ -102,12 +120,32 @@ class PendingCall:
         tool_call_id: str | None,
         config: RunnableConfig,
         policy: Policy,
+        params: InjectedParams | None = None,
+        state: Any = None,
+        inputs: Mapping[str, Any] | None = None,
     ) -> PendingCall | None:
         """The call's key, or ``None`` when ``args`` do not fit ``schema`` (the tool then
-        reports them as it always does). A missing scope is raised as
-        :class:`~langchain_idempotent._compat.GraphMissingScopeError`: a programming
-        error that no tool-error handling may hand to the model."""
+        reports them as it always does). ``params`` are the tool's injected parameters,
+        whose inputs enter the key (:func:`~langchain_idempotent.keys.key_inputs`; the
+        graph ``state`` they are read from, when the arguments do not carry them). A
+        missing scope, a whole-state tool with no ``key_state`` and an injected input with
+        no canonical form are raised loud (:func:`~langchain_idempotent._compat.loud`):
+        programming errors that no tool-error handling may hand to the model."""
+        params = params or NO_INJECTIONS
         try:
+            check_key_state(tool, params, scope=policy.scope, key_state=policy.key_state)
+        except ValueError as exc:
+            raise loud(exc) from None
+        try:
+            if inputs is None:
+                inputs = call_inputs(
+                    params,
+                    args,
+                    config,
+                    state=state,
+                    key_state=policy.key_state,
+                    exclude=policy.key_exclude,
+                )
             info = call_info(
                 tool=tool,
                 schema=schema,
@@ -115,11 +153,13 @@ class PendingCall:
                 tool_call_id=tool_call_id,
                 config=config,
                 namespace=policy.namespace,
+                inputs=inputs,
+                hidden=params.hidden,
             )
             derived = derive_key(info, policy.scope)
         except ValidationError:
             return None
-        except MissingScopeError as exc:
+        except (MissingScopeError, InjectedInputError) as exc:
             raise loud(exc) from None
         k = 0
         if policy.identical_calls != "share" and tool_call_id is not None:
@@ -129,7 +169,9 @@ class PendingCall:
         branch = forked_from(config) if policy.on_fork == "run" else None
         if branch is not None:  # a time-travel branch: its calls are new effects
             derived = _batch.separate(derived, f"fork:{branch}")
-        pending = cls(derived, tool, tool_input, tool_call_id, info=info, schema=schema)
+        pending = cls(
+            derived, tool, tool_input, tool_call_id, info=info, schema=schema, params=params
+        )
         pending.duplicate = k
         return pending
 
@@ -141,8 +183,8 @@ class PendingCall:
     def with_args(
         self, tool_input: Any, args: Mapping[str, Any], config: RunnableConfig, policy: Policy
     ) -> PendingCall | None:
-        """The same call with other arguments (a reviewer's edit), under their own key;
-        ``None`` when they do not fit the schema."""
+        """The same call with other arguments (a reviewer's edit), under their own key
+        and with the same injected inputs; ``None`` when they do not fit the schema."""
         return PendingCall.derive(
             tool=self.tool,
             schema=self.schema,
@@ -151,6 +193,8 @@ class PendingCall:
             tool_call_id=self.tool_call_id,
             config=config,
             policy=policy,
+            params=self.params,
+            inputs=None if self.info is None else self.info.inputs,
         )
 
     def observe(self, event: IdempotencyEvent) -> None:

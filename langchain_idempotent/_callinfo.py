@@ -42,6 +42,10 @@ class CallInfo:
     checkpoint_ns: str = ""
     #: The key of the memoized call this call runs inside (a sub-agent's caller), if any.
     parent_call: str | None = None
+    #: The inputs the model does not send that enter the key (``keys.key_inputs``):
+    #: ``{"args": {...}, "state": {...}, "context": ...}``, each part only when present.
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    canonical_inputs: bytes = b"{}"
 
 
 #: A user key function: gets the call's :class:`CallInfo`, returns a non-empty string that

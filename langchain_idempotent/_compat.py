@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langgraph.errors import GraphBubbleUp
 
-from .errors import MissingScopeError
+from .errors import InvalidArgumentsError, MissingScopeError
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import (
@@ -83,16 +83,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NEVER_TERMINAL",
+    "NO_INJECTIONS",
     "PREGEL_READ",
     "PREGEL_SCRATCHPAD",
     "DirectCall",
+    "GraphConfigurationError",
     "GraphMissingScopeError",
+    "InjectedParams",
     "forked_from",
     "format_tool_output",
     "graph_state_messages",
     "injected_args_keys",
+    "injected_params",
     "interrupt_counter",
     "loud",
+    "run_context",
+    "state_channels",
     "task_scratchpad",
     "to_args_and_kwargs",
 ]
@@ -104,6 +110,8 @@ NEVER_TERMINAL: tuple[type[BaseException], ...] = (GraphBubbleUp,)
 #: LangGraph's internal ``configurable`` key holding a reader of the current state.
 PREGEL_READ = "__pregel_read"
 PREGEL_CHECKPOINTER = "__pregel_checkpointer"
+#: LangGraph's internal ``configurable`` key holding the run's ``Runtime`` (its context).
+PREGEL_RUNTIME = "__pregel_runtime"
 #: The checkpoint sources LangGraph writes at the start of a time-travel branch: a
 #: ``update_state`` (``"update"``) or a run resumed from an earlier checkpoint (``"fork"``).
 FORK_SOURCES = ("fork", "update")
@@ -123,11 +131,26 @@ class GraphMissingScopeError(MissingScopeError, GraphBubbleUp):
     """
 
 
-def loud(error: MissingScopeError) -> MissingScopeError:
-    """``error`` as a :class:`GraphMissingScopeError` (same message and key)."""
-    if isinstance(error, GraphMissingScopeError):
+class GraphInvalidArgumentsError(InvalidArgumentsError, GraphBubbleUp):
+    """An injected input with no canonical form: the application's to fix, not the
+    model's (a ``GraphBubbleUp``, as :class:`GraphMissingScopeError`)."""
+
+
+class GraphConfigurationError(ValueError, GraphBubbleUp):
+    """A tool wrapped without what its key needs (``key_state``), found at its first call."""
+
+
+def loud(error: Exception) -> Exception:
+    """``error`` as one that ``ToolNode``'s error handling re-raises (same message and key):
+    a :class:`GraphMissingScopeError`, :class:`GraphInvalidArgumentsError` or
+    :class:`GraphConfigurationError`."""
+    if isinstance(error, GraphBubbleUp):
         return error
-    return GraphMissingScopeError(str(error), key=error.key)
+    if isinstance(error, MissingScopeError):
+        return GraphMissingScopeError(str(error), key=error.key)
+    if isinstance(error, InvalidArgumentsError):
+        return GraphInvalidArgumentsError(str(error), key=error.key)
+    return GraphConfigurationError(str(error))
 
 
 # -- the graph state ------------------------------------------------------------------------
@@ -355,3 +378,86 @@ def reads_graph_state(hint: Any) -> bool:
         if isinstance(candidate, type) and issubclass(candidate, ToolRuntime):
             return True
     return False
+
+
+# -- injected inputs (the key's "inputs" part, :mod:`.keys`) --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InjectedParams:
+    """Which parameters of a tool are injected, and what each is, as ToolNode finds them
+    (read once per tool)."""
+
+    #: ``InjectedToolArg`` parameters the application fills in (``user_id``): by value.
+    values: tuple[str, ...] = ()
+    #: ``(parameter, state field)`` of each ``InjectedState("field")``.
+    state_fields: tuple[tuple[str, str], ...] = ()
+    #: Parameters given the whole graph state: ``InjectedState`` without a field, or a
+    #: ``ToolRuntime`` (its ``.state``), also one injected by the name ``runtime``.
+    whole_state: tuple[str, ...] = ()
+    #: The parameter that gets the ``ToolRuntime`` (annotated, or by the name ``runtime``).
+    runtime: str | None = None
+    #: Every injected parameter (store, call id and runtime too): never a model argument.
+    hidden: frozenset[str] = frozenset()
+
+
+NO_INJECTIONS = InjectedParams()
+
+
+def injected_params(tool: BaseTool) -> InjectedParams:
+    """The injected parameters of ``tool`` (ToolNode's private ``_get_all_injected_args``
+    for state, store and runtime; langchain-core's ``_is_injected_arg_type`` for the
+    rest). A tool whose annotations cannot be read has none the library can see."""
+    import typing
+
+    from langchain_core.tools.base import _is_injected_arg_type, get_all_basemodel_annotations
+    from langgraph.prebuilt.tool_node import _get_all_injected_args
+
+    try:
+        found = _get_all_injected_args(tool)
+        hints: dict[str, Any] = {}
+        for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+            if fn is not None:
+                hints.update(typing.get_type_hints(fn, include_extras=True))
+        schema = tool.get_input_schema()
+        if isinstance(schema, type):
+            hints.update(get_all_basemodel_annotations(schema))
+    except Exception:  # unresolvable annotations: nothing to learn from them
+        return NO_INJECTIONS
+    call_ids = set(injected_call_id_names(tool))
+    injected = {name for name, hint in hints.items() if _is_injected_arg_type(hint)}
+    injected |= set(found.state) | call_ids
+    for name in (found.store, found.runtime):
+        if name is not None:
+            injected.add(name)
+    special = set(found.state) | call_ids | {found.store, found.runtime}
+    whole = [name for name, state_field in found.state.items() if not state_field]
+    if found.runtime is not None:
+        whole.append(found.runtime)
+    return InjectedParams(
+        values=tuple(sorted(injected - special)),
+        state_fields=tuple(sorted((p, f) for p, f in found.state.items() if f)),
+        whole_state=tuple(sorted(whole)),
+        runtime=found.runtime,
+        hidden=frozenset(injected),
+    )
+
+
+def run_context(config: RunnableConfig) -> Any:
+    """The run's static context (``Runtime.context``, what ``context_schema`` describes and
+    ``graph.invoke(..., context=...)`` gives), or ``None`` outside a graph run."""
+    runtime = (config.get("configurable") or {}).get(PREGEL_RUNTIME)
+    return getattr(runtime, "context", None)
+
+
+def state_channels(config: RunnableConfig, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The named channels of the running graph's state (those it has), or none outside
+    a graph."""
+    read = (config.get("configurable") or {}).get(PREGEL_READ)
+    if read is None or not fields:
+        return {}
+    try:
+        values = read(list(fields), False)
+    except Exception:
+        return {}
+    return dict(values) if isinstance(values, Mapping) else {}

@@ -1,8 +1,8 @@
 """Idempotency keys: which calls are "the same effect".
 
 ``key = sha256(version, namespace, scope, thread_id, graph path, node, agent, calling
-call, tool, canonical arguments[, scope part])``, every part length-prefixed so no two
-tuples collide; :func:`explain_key` shows the parts of one key.
+call, tool, canonical arguments, inputs[, scope part])``, every part length-prefixed so no
+two tuples collide; :func:`explain_key` shows the parts of one key.
 
 * version: ``v<canonicaliser>.k<key format>`` (:data:`KEY_VERSION`); changing either
   rule changes every key, so each is versioned.
@@ -16,11 +16,23 @@ tuples collide; :func:`explain_key` shows the parts of one key.
 * agent: ``metadata.lc_agent_name``, the innermost named agent (``create_agent(name=...)``,
   deepagents' sub-agents); a subgraph mounted as a node is already told apart by its path.
 * calling call: for a call made while another memoized call runs (a sub-agent invoked
-  from inside a wrapped tool, deepagents' ``task``), that call's key. A retry of the
-  calling call derives the same key, so the sub-agent's effects replay; two calling calls
-  (other tools, other arguments) never share one, so two sub-agents never collide.
-* canonical arguments: only the fields of the model-visible schema (injected state, store,
-  runtime and call ids never enter the key), validated through that schema, then RFC 8785.
+  from inside a wrapped tool, deepagents' ``task``), that call's key; inside a tool the
+  library does not wrap, that tool run's name, model-visible arguments, graph path and
+  own calling call (a LangChain configure hook, :func:`watch_calling_tools`, reads them
+  from ``on_tool_start``). A retry of the calling call derives the same key, so the
+  sub-agent's effects replay; two calling calls (other tools, other arguments) never
+  share one, so two sub-agents never collide.
+* canonical arguments: the fields of the model-visible schema (an injected parameter the
+  schema still shows, such as a ``runtime`` injected by name, is none), validated through
+  that schema, then RFC 8785.
+* inputs (:func:`key_inputs`): what the effect depends on that the model does not send:
+  ``InjectedToolArg`` values, ``InjectedState("field")`` values, the ``key_state`` fields
+  of a tool given the whole state (such a tool is refused without ``key_state``:
+  :func:`check_key_state`), and the run's static context (``Runtime.context``) unless
+  ``key_exclude=["context"]``; RFC 8785 too, and a value with no canonical form is
+  refused naming it. A store handle, the ``tool_call_id`` and the rest of a
+  ``ToolRuntime`` never enter: a handle has no value of its own, and a call id changes
+  when the LLM step re-runs (docs/keys.md has the table).
 
 Scopes (what one effect is):
 
@@ -38,8 +50,9 @@ function whatever the function returns (the arguments the function decides
          become the fingerprint)
 ======== ============================================ ======================================
 
-The fingerprint (a hash of tool and canonical arguments) is stored with the record: under
-``call`` or a key function, the same key with other arguments is rejected.
+The fingerprint (a hash of tool, canonical arguments and inputs) is stored with the
+record: under ``call`` or a key function, the same key with other arguments or inputs is
+rejected.
 """
 
 from __future__ import annotations
@@ -49,7 +62,7 @@ import functools
 import hashlib
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -68,12 +81,19 @@ _seen_lock = threading.Lock()
 _SEEN_LIMIT = 10_000
 
 
+class InjectedInputError(InvalidArgumentsError):
+    """An input the model does not send (an injected value, a state field, the run's
+    context) has no canonical form: the application's to fix, never the model's."""
+
+
 class AgentCollisionWarning(UserWarning):
     """A key function gave two agents that the library tells apart the same key."""
 
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
+
+    from ._compat import InjectedParams
 
 __all__ = [
     "KEY_VERSION",
@@ -85,10 +105,13 @@ __all__ = [
     "Scope",
     "by_field_name",
     "call_info",
+    "call_inputs",
     "calling",
+    "check_key_state",
     "derive_key",
     "explain_key",
     "graph_path",
+    "key_inputs",
     "model_schema",
     "visible_arguments",
 ]
@@ -102,7 +125,10 @@ TURN_CONFIG_KEY = "idempotency_turn"
 #: 1: thread, graph path without task ids, node, tool, arguments. 2: the graph path also
 #: drops per-task call counters; the agent's name and the calling call join the key;
 #: ``turn`` is the outermost graph's turn.
-KEY_VERSION = 2
+#: 3: the inputs the model does not send (``InjectedToolArg`` values, ``InjectedState``
+#: fields, ``key_state`` fields, the run's static context) join the key and the
+#: fingerprint; an injected ``runtime`` parameter never counts as a model argument.
+KEY_VERSION = 3
 
 #: The key and ``checkpoint_ns`` of the memoized call whose tool is running now.
 _calling: ContextVar[tuple[str, str] | None] = ContextVar(
@@ -166,8 +192,12 @@ def _legacy_tool() -> type[Any]:
     return Tool
 
 
-def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[str, Any]:
-    """The model-visible arguments, validated and normalised through ``schema``.
+def visible_arguments(
+    schema: Any, tool_input: str | Mapping[str, Any], hidden: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """The model-visible arguments, validated and normalised through ``schema``; the
+    ``hidden`` (injected) parameters are validated but left out, though the schema shows
+    them (a ``runtime`` injected by name stays in ``tool_call_schema``).
 
     Raises :class:`pydantic.ValidationError` when the arguments do not fit the schema
     (the caller lets the tool report it the usual way).
@@ -186,13 +216,13 @@ def visible_arguments(schema: Any, tool_input: str | Mapping[str, Any]) -> dict[
             first = next(iter(schema.model_fields), None)
             tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        return json_arguments(schema.model_validate(visible), fields)
+        return json_arguments(schema.model_validate(visible), fields - hidden if hidden else fields)
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(props, Mapping):
-        return {k: v for k, v in tool_input.items() if k in props}
-    return dict(tool_input)
+        return {k: v for k, v in tool_input.items() if k in props and k not in hidden}
+    return {k: v for k, v in tool_input.items() if k not in hidden}
 
 
 def by_field_name(args_schema: Any, tool_input: Any) -> Any:
@@ -255,8 +285,13 @@ def call_info(
     tool_call_id: str | None,
     config: RunnableConfig,
     namespace: str,
+    inputs: Mapping[str, Any] | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> CallInfo:
-    args = visible_arguments(schema, tool_input)
+    """What one call is; ``inputs`` are its injected inputs (:func:`key_inputs`),
+    ``hidden`` the injected parameters that are no model argument."""
+    args = visible_arguments(schema, tool_input, hidden)
+    inputs = inputs or {}
     configurable = config.get("configurable") or {}
     metadata = config.get("metadata") or {}
     ns = configurable.get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns")
@@ -276,6 +311,148 @@ def call_info(
         agent_name=str(agent) if agent else None,
         checkpoint_ns=ns,
         parent_call=_parent_call(ns),
+        inputs=inputs,
+        canonical_inputs=_canonical_inputs(tool, inputs) if inputs else b"{}",
+    )
+
+
+#: The name in ``key_exclude`` that keeps the run's static context out of the key.
+CONTEXT = "context"
+
+
+def key_inputs(
+    params: InjectedParams,
+    args: Mapping[str, Any],
+    *,
+    state: Any = None,
+    context: Any = None,
+    key_state: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The inputs of one call that the model does not send but the effect depends on:
+    ``args``, the ``InjectedToolArg`` values (from the call's arguments); ``state``, each
+    ``InjectedState("field")`` and each ``key_state`` field (from the arguments the tool
+    gets, else from ``state``, the graph state); ``context``, the run's static context.
+    Names in ``exclude`` (parameters, or ``"context"``) stay out. A store handle, the
+    ``tool_call_id`` and the rest of a ``ToolRuntime`` never enter (docs/keys.md)."""
+    values = {p: args[p] for p in params.values if p in args and p not in exclude}
+    fields: dict[str, Any] = {}
+    for param, name in params.state_fields:
+        if param in exclude:
+            continue
+        if param in args:
+            fields[name] = args[param]
+        elif _has(state, name):
+            fields[name] = _get(state, name)
+    for name in key_state or ():
+        if _has(state, name):
+            fields[name] = _get(state, name)
+    out: dict[str, Any] = {}
+    if values:
+        out["args"] = values
+    if fields:
+        out["state"] = fields
+    if context is not None and CONTEXT not in exclude:
+        out["context"] = context
+    return out
+
+
+def call_inputs(
+    params: InjectedParams,
+    args: str | Mapping[str, Any],
+    config: RunnableConfig,
+    *,
+    state: Any = None,
+    key_state: Sequence[str] | None = None,
+    exclude: Sequence[str] = (),
+) -> dict[str, Any]:
+    """:func:`key_inputs` of one call as a tool gets it: from its arguments (ToolNode puts
+    the injected values there), the whole state the tool is given (else ``state``, else
+    the graph's channels) and the run's static context (from ``config``)."""
+    from ._compat import run_context, state_channels
+
+    given = args if isinstance(args, Mapping) else {}
+    if state is None:
+        for param in params.whole_state:
+            value = given.get(param)
+            state = getattr(value, "state", None) if param == params.runtime else value
+            if state is not None:
+                break
+    if state is None:
+        wanted = [f for p, f in params.state_fields if p not in given]
+        wanted += list(key_state or ())
+        state = state_channels(config, tuple(wanted)) if wanted else None
+    return key_inputs(
+        params,
+        given,
+        state=state,
+        context=run_context(config),
+        key_state=key_state,
+        exclude=exclude,
+    )
+
+
+def _has(state: Any, name: str) -> bool:
+    if isinstance(state, Mapping):
+        return name in state
+    return state is not None and hasattr(state, name)
+
+
+def _get(state: Any, name: str) -> Any:
+    return state[name] if isinstance(state, Mapping) else getattr(state, name)
+
+
+def _canonical_inputs(tool: str, inputs: Mapping[str, Any]) -> bytes:
+    """RFC 8785 bytes of ``inputs``; an input with no canonical form (a connection, a
+    lock) is refused with its name and the option that keeps it out of the key."""
+    try:
+        return canonical_json(inputs)
+    except InvalidArgumentsError as exc:
+        where, fix = _uncanonical(inputs)
+        raise InjectedInputError(
+            f"tool {tool!r}: {where} is part of the idempotency key but has no canonical "
+            f"JSON form ({exc}). Give the value as data (ids, not handles), or pass {fix} "
+            "if the effect does not depend on it"
+        ) from exc
+
+
+def _uncanonical(inputs: Mapping[str, Any]) -> tuple[str, str]:
+    """Which input has no canonical form, and the option that keeps it out of the key."""
+    for name, value in (inputs.get("args") or {}).items():
+        if not _canonical(value):
+            return f"injected parameter {name!r}", f"key_exclude=[{name!r}]"
+    for name, value in (inputs.get("state") or {}).items():
+        if not _canonical(value):
+            fix = f"key_exclude=[<its parameter>] (or drop {name!r} from key_state)"
+            return f"state field {name!r}", fix
+    return "the run's static context", f"key_exclude=[{CONTEXT!r}]"
+
+
+def _canonical(value: Any) -> bool:
+    try:
+        canonical_json(value)
+    except InvalidArgumentsError:
+        return False
+    return True
+
+
+def check_key_state(
+    tool: str, params: InjectedParams, *, scope: Any, key_state: Sequence[str] | None
+) -> None:
+    """Refuse a tool that is given the whole graph state (``InjectedState`` without a
+    field, a ``ToolRuntime``) while nothing says which of it the effect depends on: the
+    library cannot see what it reads, and a replay to another input (another customer)
+    would be a wrong answer. Under ``scope="call"`` or a key function the key is not
+    made from the inputs, so there is nothing to refuse."""
+    if not params.whole_state or key_state is not None or callable(scope) or scope == "call":
+        return
+    raise ValueError(
+        f"tool {tool!r} is given the whole graph state ({', '.join(params.whole_state)}), "
+        "so the library cannot see which of it the effect depends on: a memoized answer "
+        "could be replayed to another input (another customer). Say which state fields "
+        "enter the key with key_state=['customer_id', ...], or key_state=() if the state "
+        "it reads never changes the effect; or use InjectedState('field') for each field "
+        "it reads, or a key function (scope=lambda call: ...)"
     )
 
 
@@ -284,6 +461,89 @@ def _parent_call(checkpoint_ns: str) -> str | None:
     if outer is None or outer[1] == checkpoint_ns:
         return None
     return outer[0]
+
+
+def _calling_tools() -> Any:
+    """The one handler that names the calling call of a sub-agent invoked from inside a
+    tool this library does not wrap (made on first use: importing the key model loads no
+    callback machinery).
+
+    At every tool run's start, the tool's name, its model-visible arguments (the
+    ``inputs`` LangChain reports, injected ones filtered out), its graph path and its own
+    calling call become :data:`_calling` for what runs inside it (LangChain copies the
+    context into the tool run after ``on_tool_start``); the tool run's end restores it.
+    It handles tool events only, inline."""
+    if _tracker:
+        return _tracker[0]
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class CallingTools(BaseCallbackHandler):
+        run_inline = True
+        ignore_llm = ignore_chain = ignore_retriever = ignore_chat_model = True
+        ignore_custom_event = ignore_retry = True
+
+        def __init__(self) -> None:
+            self._before: dict[Any, tuple[str, str] | None] = {}
+
+        def on_tool_start(
+            self,
+            serialized: dict[str, Any],
+            input_str: str,
+            *,
+            run_id: Any,
+            metadata: dict[str, Any] | None = None,
+            inputs: dict[str, Any] | None = None,
+            **kwargs: Any,
+        ) -> None:
+            ns = (metadata or {}).get("langgraph_checkpoint_ns")
+            ns = ns if isinstance(ns, str) else ""
+            outer = _calling.get()
+            try:
+                args: str | bytes = canonical_json(inputs if inputs is not None else input_str)
+            except InvalidArgumentsError:
+                args = input_str
+            name = str((serialized or {}).get("name") or kwargs.get("name") or "")
+            identity = _digest("caller", outer[0] if outer else "", graph_path(ns), name, args)
+            self._before[run_id] = outer
+            _calling.set((f"{name}:{identity[:32]}", ns))
+
+        def _ended(self, run_id: Any) -> None:
+            if run_id in self._before:
+                _calling.set(self._before.pop(run_id))
+
+        def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
+            self._ended(run_id)
+
+        def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+            self._ended(run_id)
+
+    _tracker.append(CallingTools())
+    return _tracker[0]
+
+
+_tracker: list[Any] = []
+_watching = threading.Lock()
+
+
+def is_calling_tools(handler: object) -> bool:
+    """Whether ``handler`` is the library's own tracker of calling tools."""
+    return bool(_tracker) and handler is _tracker[0]
+
+
+def watch_calling_tools() -> None:
+    """Install the tracker of calling tools (:func:`_calling_tools`) on every LangChain
+    run from now on, with a LangChain configure hook (once per process; called when a
+    tool is wrapped or a middleware is made)."""
+    if _tracker:
+        return
+    with _watching:
+        if _tracker:
+            return
+        from langchain_core.tracers.context import register_configure_hook
+
+        handler = _calling_tools()
+        var: ContextVar[Any] = ContextVar("langchain_idempotent_calling_tools", default=handler)
+        register_configure_hook(var, inheritable=True)
 
 
 def _digest(*parts: str | bytes) -> str:
@@ -313,7 +573,7 @@ class KeyExplanation:
 def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
     """The key, fingerprint and record meta for one call under ``scope``."""
     key = _key_of(*_key_parts(info, scope))
-    fingerprint = _digest("fp", info.tool, info.canonical_args)[:32]
+    fingerprint = _digest("fp", info.tool, info.canonical_args, info.canonical_inputs)[:32]
     meta = {
         "namespace": info.namespace,
         "thread_id": info.thread_id or "",
@@ -340,7 +600,8 @@ def explain_key(
 
     ``call`` is a :class:`CallInfo` (a key function or an approval predicate has one), or a
     tool (an :class:`~langchain_idempotent.IdempotentTool` brings its scope and namespace)
-    with the ``tool_input`` it is invoked with (a ``ToolCall`` or its arguments) and the
+    with the ``tool_input`` it is invoked with (a ``ToolCall`` or its arguments, injected
+    values included, as ToolNode passes them) and the
     ``config`` it runs under (``{"configurable": {"thread_id": ..., "checkpoint_ns": ...},
     "metadata": {"langgraph_node": ..., "lc_agent_name": ...}}``)::
 
@@ -357,13 +618,25 @@ def explain_key(
     args: Any = tool_input
     if isinstance(tool_input, Mapping) and tool_input.get("type") == "tool_call":
         args, tool_call_id = tool_input.get("args", {}), tool_input.get("id")
+    from ._compat import injected_params
+
+    params = injected_params(getattr(call, "inner", call))
+    config = config or {}
     info = call_info(
         tool=call.name,
         schema=model_schema(call),
         tool_input=args,
         tool_call_id=tool_call_id,
-        config=config or {},
+        config=config,
         namespace=namespace or str(getattr(policy, "namespace", "default")),
+        inputs=call_inputs(
+            params,
+            args,
+            config,
+            key_state=getattr(policy, "key_state", None),
+            exclude=getattr(policy, "key_exclude", ()),
+        ),
+        hidden=params.hidden,
     )
     return _explain(info, chosen)
 
@@ -417,7 +690,7 @@ def _key_parts(
         ("tool", info.tool),
     ]
     if scope == "thread":
-        named.append(("arguments", info.canonical_args))
+        named += [("arguments", info.canonical_args), ("inputs", info.canonical_inputs)]
     elif scope == "call":
         if not info.tool_call_id:
             raise MissingScopeError(
@@ -425,7 +698,7 @@ def _key_parts(
                 "invoke it with a ToolCall ({'name', 'args', 'id', 'type': 'tool_call'}) or "
                 "use scope='thread'"
             )
-        named.append(("tool_call_id", info.tool_call_id))
+        named += [("tool_call_id", info.tool_call_id), ("inputs", info.canonical_inputs)]
     else:
         turn = _turn_id(info.config, nested=bool(info.parent_call or "|" in info.graph_path))
         if turn is None:
@@ -434,7 +707,11 @@ def _key_parts(
                 "state has no human message; pass config={'configurable': "
                 f"{{'{TURN_CONFIG_KEY}': ...}}}} to name the turn"
             )
-        named += [("arguments", info.canonical_args), ("turn", turn)]
+        named += [
+            ("arguments", info.canonical_args),
+            ("inputs", info.canonical_inputs),
+            ("turn", turn),
+        ]
     return scope, named
 
 

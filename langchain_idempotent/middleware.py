@@ -17,6 +17,7 @@ is formatted as the ``ToolMessage`` LangChain would make of it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Unpack, cast
 
 try:
@@ -29,17 +30,26 @@ except ImportError as exc:  # `langchain` is the optional `agents` extra
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from ._call import PendingCall, build_engine, unmemoized_if_error
-from ._compat import format_tool_output
+from ._compat import InjectedParams, format_tool_output, injected_params, loud
+from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
 from .context import passthrough
 from .engine import Engine
 from .events import EventHook
-from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
+from .keys import (
+    TURN_CONFIG_KEY,
+    check_key_state,
+    graph_path,
+    model_schema,
+    turn_from_messages,
+    watch_calling_tools,
+)
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -64,6 +74,13 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     ``HITLRequest``) or ``"per_call"`` (a ``ToolApprovalRequest`` with a
     ``response_schema``); see :mod:`langchain_idempotent.approval`. Use it instead of
     ``HumanInTheLoopMiddleware`` for effectful tools; that one stays fine for the others.
+
+    A named tool that reads the graph state and returns a ``Command`` (a handoff) is
+    refused, as :func:`~langchain_idempotent.idempotent` refuses it, unless ``handoff=``
+    (``"rerun"`` or ``"replay"``, or a dict of tool names to those) says what its replay
+    means; a named tool given the whole state is refused without ``key_state=``
+    (docs/keys.md). Tools given by name are checked at their first call, tools given as
+    objects here.
     """
 
     def __init__(
@@ -73,9 +90,11 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         tools: Iterable[str | BaseTool],
         policy: Policy | None = None,
         on_event: EventHook | None = None,
+        handoff: Handoff | Mapping[str, Handoff] | None = None,
         **options: Unpack[PolicyOptions],
     ) -> None:
         super().__init__()
+        tools = list(tools)
         names = {t.name if isinstance(t, BaseTool) else t for t in tools}
         if not names or not all(isinstance(n, str) and n for n in names):
             raise ValueError("IdempotencyMiddleware(tools=...) needs the names of the tools")
@@ -93,6 +112,24 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self.engine = build_engine(
             store, policy=policy, options=options, on_event=on_event, who="IdempotencyMiddleware"
         )
+        if isinstance(handoff, Mapping):
+            for value in handoff.values():
+                check_handoff(None, value)
+        else:
+            check_handoff(None, handoff)
+        self.handoff = handoff
+        self._known: dict[str, _Known] = {}
+        watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
+        for t in tools:  # the tools given as objects: refused now, not at their first call
+            if isinstance(t, BaseTool):
+                policy_of = self.engine.for_tool(t.name).policy
+                if self._handoff_of(t) != "rerun" and policy_of.effect_class != "read":
+                    check_key_state(
+                        t.name,
+                        self._known_of(t).params,
+                        scope=policy_of.scope,
+                        key_state=policy_of.key_state,
+                    )
 
     def wrap_tool_call(
         self,
@@ -103,6 +140,9 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if engine is not None and engine.policy.effect_class == "read":
             with passthrough(request.tool_call["name"]):  # straight through: no store
                 return handler(request)
+        handoff = self._handoff(request)
+        if handoff == "rerun":  # control flow: the current state's answer, every time
+            return handler(request)
         pending = self._pending(request, config)
         if pending is None or engine is None:
             return handler(request)
@@ -111,7 +151,11 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
         step = self._step(request, config, engine, pending)
-        result = pending.run(engine, lambda: unmemoized_if_error(handler(request)), config, step)
+
+        def action() -> Any:
+            return _kept(unmemoized_if_error(handler(request)), handoff, pending)
+
+        result = pending.run(engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
 
     async def awrap_tool_call(
@@ -123,6 +167,9 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if engine is not None and engine.policy.effect_class == "read":
             with passthrough(request.tool_call["name"]):
                 return await handler(request)
+        handoff = self._handoff(request)
+        if handoff == "rerun":
+            return await handler(request)
         pending = self._pending(request, config)
         if pending is None or engine is None:
             return await handler(request)
@@ -132,11 +179,38 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         request, pending = _edited(request, verdict), verdict.pending
 
         async def action() -> Any:
-            return unmemoized_if_error(await handler(request))
+            return _kept(unmemoized_if_error(await handler(request)), handoff, pending)
 
         step = self._step(request, config, engine, pending)
         result = await pending.arun(engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
+
+    def _handoff(self, request: ToolCallRequest) -> Handoff | None:
+        """What replay means for the call's tool if it is a handoff (the rule of
+        :func:`~langchain_idempotent.idempotent`: refused, loud, unless ``handoff=``
+        says); ``None`` for any other tool, and for a tool this middleware does not wrap."""
+        if request.tool is None or request.tool_call["name"] not in self.tool_names:
+            return None
+        try:
+            return self._handoff_of(request.tool)
+        except ValueError as exc:
+            raise loud(exc) from None
+
+    def _handoff_of(self, tool: BaseTool) -> Handoff | None:
+        if not self._known_of(tool).handoff:
+            return None
+        handoff = self.handoff.get(tool.name) if isinstance(self.handoff, Mapping) else self.handoff
+        check_handoff(tool, handoff)
+        return handoff
+
+    def _known_of(self, tool: BaseTool) -> _Known:
+        """What is read once per tool object: its injected parameters, whether it is a
+        handoff."""
+        known = self._known.get(tool.name)
+        if known is None or known.tool is not tool:
+            known = _Known(tool, injected_params(tool), is_handoff(tool))
+            self._known[tool.name] = known
+        return known
 
     def _engine(self, request: ToolCallRequest) -> Engine | None:
         """The engine of a tool this middleware wraps (its effect class applied)."""
@@ -161,6 +235,11 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
                 other = request.override(tool_call=cast(Any, call), tool=tool)
                 theirs = self._engine(other)
                 if theirs is None or theirs.policy.effect_class == "read":
+                    continue
+                try:
+                    if self._handoff(other) == "rerun":
+                        continue
+                except GraphBubbleUp:  # refused: it says so at its own call
                     continue
                 derived = self._pending(other, config)
                 if derived is not None:
@@ -189,7 +268,23 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             tool_call_id=call.get("id"),
             config=config,
             policy=policy,
+            params=self._known_of(request.tool).params,
+            state=request.state,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    tool: BaseTool
+    params: InjectedParams
+    handoff: bool
+
+
+def _kept(result: Any, handoff: Handoff | None, pending: PendingCall) -> Any:
+    """Under ``handoff="replay"``, a Command that carries a copy of the state is not stored."""
+    if handoff != "replay":
+        return result
+    return stored_handoff(result, pending.tool, pending.tool_call_id)
 
 
 def _edited(request: ToolCallRequest, verdict: Verdict) -> ToolCallRequest:

@@ -164,6 +164,13 @@ class Policy:
     #: earlier checkpoint): ``"replay"`` its calls' stored results (default), or ``"run"``
     #: them as new effects (one key per branch; one checkpointer read per call).
     on_fork: Literal["replay", "run"] = field(default="replay", metadata=_CODE_ONLY)
+    #: The graph-state fields that enter the key (docs/keys.md): needed by a tool that is
+    #: given the whole state (``InjectedState`` without a field, a ``ToolRuntime``), which
+    #: is refused without it; ``()`` says the state it reads never changes the effect.
+    key_state: tuple[str, ...] | None = field(default=None, metadata=_CODE_ONLY)
+    #: Injected parameters (and ``"context"``, the run's static context) that stay out of
+    #: the key: handles, or inputs the effect does not depend on.
+    key_exclude: tuple[str, ...] = field(default=(), metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -217,6 +224,13 @@ class Policy:
                 "another effect class"
             )
         _check_approval(self.approval, self.interrupt_mode)
+        for name in ("key_state", "key_exclude"):
+            names = getattr(self, name)
+            if names is None and name == "key_state":
+                continue
+            if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+                raise ValueError(f"{name} must be a list of names, got {names!r}")
+            object.__setattr__(self, name, tuple(names))
         check_reconcile(self.reconcile)
         object.__setattr__(self, "terminal_exceptions", tuple(self.terminal_exceptions))
         object.__setattr__(self, "allowed_types", tuple(self.allowed_types))
@@ -319,6 +333,8 @@ class PolicyOptions(TypedDict, total=False):
     effect: EffectClass | Mapping[str, EffectClass] | None
     identical_calls: Literal["share", "run", "reject"]
     on_fork: Literal["replay", "run"]
+    key_state: tuple[str, ...] | None
+    key_exclude: tuple[str, ...]
 
 
 def preset(effect: EffectClass | None, *, reconciled: bool) -> dict[str, Any]:

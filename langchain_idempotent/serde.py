@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import math
 from collections.abc import Iterable
 from decimal import Decimal
@@ -271,17 +272,34 @@ def _refusal(
 _EXACT = frozenset({str, int, bool, type(None), bytes})
 
 
+@functools.cache
+def _text_types() -> tuple[type, ...]:
+    """``str`` subclasses that replay as the equal ``str``: langchain-core's
+    ``TextAccessor`` (``message.text`` since 1.0, a ``str`` that can also be called as the
+    old ``.text()``), which LangChain's sub-agent-as-a-tool pattern returns."""
+    try:
+        from langchain_core.messages.base import TextAccessor
+    except ImportError:  # an older langchain-core: no such type
+        return ()
+    return (TextAccessor,)
+
+
+def _as_plain_text(before: Any, after: Any) -> bool:
+    """Whether ``before`` is message text (:func:`_text_types`) replaying as its ``str``."""
+    return type(after) is str and type(before) in _text_types() and before == after
+
+
 def _same(before: Any, after: Any) -> bool:
     """Whether :func:`_difference` finds no difference, answered for plain JSON-like values
     without building the paths it reports (those are built only for a difference)."""
     kind = type(before)
     if type(after) is not kind:
-        return False
+        return _as_plain_text(before, after)
     if kind in _EXACT:
         return bool(before == after)
     if kind is dict:
         return len(before) == len(after) and all(
-            type(ak) is type(bk) and _same(bk, ak) and _same(bv, av)
+            _same(bk, ak) and _same(bv, av)
             for (bk, bv), (ak, av) in zip(before.items(), after.items(), strict=True)
         )
     if kind is list:
@@ -295,7 +313,7 @@ def _difference(before: Any, after: Any, where: str) -> str | None:
     kind of zone (a ``ZoneInfo`` is not its current offset); float and ``Decimal`` NaNs
     count as equal to themselves."""
     if type(after) is not type(before):
-        return _type_changed(before, after, where)
+        return None if _as_plain_text(before, after) else _type_changed(before, after, where)
     if isinstance(before, _dt.datetime | _dt.time):
         zone = _difference(before.tzinfo, after.tzinfo, f"{where}.tzinfo")
         if zone is not None or before.fold != after.fold:
@@ -347,7 +365,7 @@ def _first(problems: Iterable[str | None]) -> str | None:
 
 
 def _key_difference(before: Any, after: Any, where: str) -> str | None:
-    if type(after) is type(before):
+    if type(after) is type(before) or _as_plain_text(before, after):
         return _difference(before, after, f"a key of {where}")
     # msgpack writes str and int subclasses (str-Enum members too) as plain map keys.
     return (

@@ -41,7 +41,14 @@ from pydantic import (
 )
 
 from ._call import PendingCall, build_engine, unmemoized_if_error
-from ._compat import DirectCall, graph_state_messages, injected_args_keys, to_args_and_kwargs
+from ._compat import (
+    DirectCall,
+    InjectedParams,
+    graph_state_messages,
+    injected_args_keys,
+    injected_params,
+    to_args_and_kwargs,
+)
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
@@ -49,7 +56,13 @@ from .approval import Verdict, adecide, decide
 from .context import passthrough
 from .engine import Engine
 from .events import EventHook
-from .keys import by_field_name, model_schema
+from .keys import (
+    by_field_name,
+    check_key_state,
+    is_calling_tools,
+    model_schema,
+    watch_calling_tools,
+)
 from .policy import Policy, PolicyOptions
 from .stores.base import BaseIdempotencyStore
 
@@ -77,6 +90,7 @@ class IdempotentTool(BaseTool):
         _direct: DirectCall | None
         _handoff: Handoff | None
         _peers: dict[str, "IdempotentTool"]
+        _params: InjectedParams
 
     def __init__(
         self, inner: BaseTool, *, engine: Engine, handoff: Handoff | None = None, **kwargs: Any
@@ -84,6 +98,11 @@ class IdempotentTool(BaseTool):
         if isinstance(inner, IdempotentTool):
             raise ValueError(f"tool {inner.name!r} is already idempotent; wrap it once")
         check_handoff(inner, handoff)
+        watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
+        params = injected_params(inner)
+        if handoff != "rerun" and engine.policy.effect_class != "read":
+            policy = engine.policy  # the whole state without key_state: refused now
+            check_key_state(inner.name, params, scope=policy.scope, key_state=policy.key_state)
         direct = DirectCall.of(inner)
         if direct is not None:
             # This wrapper's tool run is the only one: it carries the inner tool's callbacks.
@@ -108,6 +127,7 @@ class IdempotentTool(BaseTool):
         )
         self._direct = direct
         self._handoff = handoff
+        self._params = params
         # Through invoke (a tool that overrides it), the inner tool runs with its error
         # handling switched off: a ToolException then releases the key (a handled error must
         # not be memoized) and this wrapper, which copied ``handle_tool_error``, turns it
@@ -194,6 +214,7 @@ class IdempotentTool(BaseTool):
             tool_call_id=tool_call_id,
             config=config,
             policy=self.policy,
+            params=self._params,
         )
 
     def _start(
@@ -423,8 +444,13 @@ def _listened(
     run_manager: CallbackManagerForToolRun | AsyncCallbackManagerForToolRun | None,
 ) -> bool:
     """Whether a callback event dispatched in this tool run reaches any handler: not when
-    its manager (configured with the environment's tracers) has none to pass it to."""
-    return run_manager is None or bool(run_manager.handlers or run_manager.inheritable_handlers)
+    its manager (configured with the environment's tracers) has none to pass it to but
+    the library's own tracker of calling tools, which ignores custom events."""
+    if run_manager is None:
+        return True
+    return any(
+        not is_calling_tools(h) for h in (*run_manager.handlers, *run_manager.inheritable_handlers)
+    )
 
 
 def _child_config(

@@ -352,7 +352,9 @@ class TicketState(MessagesState):
     tier: str
 
 
-def test_injected_state_never_enters_the_key(store: InMemoryIdempotencyStore) -> None:
+def test_a_named_state_field_enters_the_key_and_the_undeclared_rest_of_the_state_does_not(
+    store: InMemoryIdempotencyStore,
+) -> None:
     effects = Effects()
 
     @tool
@@ -372,15 +374,19 @@ def test_injected_state_never_enters_the_key(store: InMemoryIdempotencyStore) ->
     )
     graph = tool_graph(
         model,
-        [idempotent(credit_account, store)],
+        # key_state=(): the whole state it also reads (the message count) is no input.
+        [idempotent(credit_account, store, key_state=())],
         checkpointer=InMemorySaver(),
         state_schema=TicketState,
     )
     config = thread("injected")
 
     graph.invoke({"messages": [HumanMessage("credit")], "tier": "gold"}, config)
-    out = graph.invoke({"messages": [HumanMessage("credit")], "tier": "platinum"}, config)
-
-    # Different state (tier, message count) and call ids, same model-visible arguments.
+    # Another message count and call id, the same tier: the same effect, replayed.
+    out = graph.invoke({"messages": [HumanMessage("credit")], "tier": "gold"}, config)
     assert effects.count() == 1
     assert [c for _, c in tool_results(out["messages"])] == ["credit #1 (gold, saw 2 messages)"] * 2
+    # Another tier (an input the tool names with InjectedState("tier")): a new effect.
+    out = graph.invoke({"messages": [HumanMessage("credit")], "tier": "platinum"}, config)
+    assert effects.count() == 2
+    assert tool_results(out["messages"])[-1][1] == "credit #2 (platinum, saw 10 messages)"

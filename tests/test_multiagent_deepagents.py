@@ -188,8 +188,16 @@ def wrapped_task_agent(
     specs = subagents(ledger, "ours", store, billing=sub_model)
     middleware = SubAgentMiddleware(backend=StateBackend(), subagents=specs)
     if how == "wrapper":
-        middleware.tools = [idempotent(t, store, handoff="replay") for t in middleware.tools]
-    extra: list[Any] = [IdempotencyMiddleware(store, tools=["task"])] if how == "middleware" else []
+        # key_state=(): task passes the state on to the sub-agent; its effect is its
+        # description and sub-agent type, which the model sends (docs/keys.md).
+        middleware.tools = [
+            idempotent(t, store, handoff="replay", key_state=()) for t in middleware.tools
+        ]
+    extra: list[Any] = (
+        [IdempotencyMiddleware(store, tools=["task"], handoff="replay", key_state=())]
+        if how == "middleware"
+        else []
+    )
     return create_agent(
         main_model(task("refund INV-7 $140", "billing", "t1")),
         middleware=[middleware, *extra],

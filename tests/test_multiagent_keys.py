@@ -240,17 +240,32 @@ def test_two_unnamed_sub_agents_called_from_wrapped_tools_are_told_apart_by_thei
     assert len({r.meta["parent_call"] for r in emails}) == 2 and len(callers) == 2
 
 
-def test_without_a_name_or_a_wrapped_caller_two_sub_agents_cannot_be_told_apart() -> None:
-    """The documented limit: nothing in LangGraph's config names an unwrapped calling
-    tool, so two unnamed agents doing the same call from it are one effect."""
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_two_unnamed_sub_agents_behind_unwrapped_tools_are_told_apart_by_the_calling_call(
+    run: str,
+) -> None:
+    """Once a documented limit (one e-mail for two agents): the calling tool is not
+    wrapped, but its tool run names it (name and model-visible arguments) to the
+    sub-agent it runs, so each agent's call has its own key and replays on a re-send."""
     ledger, store = Ledger(), InMemoryIdempotencyStore()
     send = idempotent(email_tool(ledger), store)
     tools = asking_tools(emailing_agent(send, None), emailing_agent(send, None))
     graph = tool_graph(
         ScriptedChatModel(then=both_agents_step), tools, checkpointer=InMemorySaver()
     )
-    graph.invoke({"messages": [HumanMessage("tell the customer")]}, thread("two-anonymous"))
-    assert ledger.count("email") == 1
+    config = thread(f"two-anonymous-{run}")
+    for text in ("tell the customer", "again"):
+        request = {"messages": [HumanMessage(text)]}
+        if run == "async":
+            asyncio.run(graph.ainvoke(request, config))
+        else:
+            graph.invoke(request, config)
+        assert ledger.count("email") == 2
+    callers = {
+        r.meta["parent_call"].split(":")[0]
+        for r in store.list(thread_id=config["configurable"]["thread_id"])
+    }
+    assert callers == {"ask_billing", "ask_comms"}
 
 
 # -- D4: turn scope inside a sub-agent -------------------------------------------------------

@@ -129,6 +129,7 @@ FOREIGN_MODULES = [
     "pathlib",
     "builtins",
     "langchain_core.messages",
+    "langchain_core.messages.base",
     "langchain_core.tools",
     "langgraph.errors",
     "langgraph.prebuilt",

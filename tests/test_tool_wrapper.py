@@ -183,7 +183,9 @@ def store() -> InMemoryIdempotencyStore:
 
 @pytest.mark.parametrize("inner", KINDS, ids=lambda t: t.name)
 def test_the_model_sees_exactly_the_inner_tool(inner: BaseTool) -> None:
-    wrapped = idempotent(inner, InMemoryIdempotencyStore())
+    # key_state=(): the tools given the whole state declare that it never changes the
+    # effect (without it they are refused: docs/keys.md).
+    wrapped = idempotent(inner, InMemoryIdempotencyStore(), key_state=())
     assert isinstance(wrapped, IdempotentTool) and isinstance(wrapped, BaseTool)
     assert wrapped.name == inner.name
     assert wrapped.description == inner.description
@@ -237,7 +239,7 @@ def test_a_legacy_single_input_tool_shows_the_model_its_one_string_and_keys_by_i
 
 
 def test_injected_arguments_are_hidden_from_the_model_as_in_the_inner_tool() -> None:
-    wrapped = idempotent([with_injections, with_runtime], InMemoryIdempotencyStore())
+    wrapped = idempotent([with_injections, with_runtime], InMemoryIdempotencyStore(), key_state=())
     for w in wrapped:
         params = convert_to_openai_tool(w)["function"]["parameters"]["properties"]
         assert set(params) == {"customer_id"}
@@ -516,7 +518,9 @@ def test_injected_state_store_call_id_and_runtime_pass_through_in_tool_node(
         ]
     )
     graph = tool_graph(
-        model, idempotent([remember, inspect_runtime], store), checkpointer=InMemorySaver()
+        model,
+        idempotent([remember, inspect_runtime], store, key_state=()),
+        checkpointer=InMemorySaver(),
     )
     # tool_graph compiles without a store; compile this one with the LangGraph store too.
     graph = graph.builder.compile(checkpointer=InMemorySaver(), store=kv)

@@ -5,10 +5,11 @@
     langchain-idempotent explain --tool issue_refund --args '{"invoice_id": "INV-7", "amount": 140}'
         --thread t-1 [--checkpoint-ns 'billing:9dd2…|1|tools:41c5…'] [--node tools]
         [--agent billing_agent] [--parent-call KEY] [--scope thread|turn|call]
-        [--turn ID] [--tool-call-id ID] [--namespace N] [--key KEY] [--json]
+        [--turn ID] [--tool-call-id ID] [--namespace N] [--inputs JSON] [--key KEY] [--json]
 
 Prints the key and each part in the order it is hashed (version, namespace, scope, thread,
-graph path, node, agent, calling call, tool, arguments, scope part) — the graph path as
+graph path, node, agent, calling call, tool, arguments, inputs, scope part) — the graph
+path as
 the key uses it (task ids and call counters removed from ``--checkpoint-ns``). With
 ``--key`` (the key, or its first 8 characters or more), says whether that key is the one
 these parts make (exit status 1 if not), so
@@ -45,6 +46,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tool-call-id", help="the tool call id under --scope call")
     p.add_argument("--namespace", default="default", help="the policy's namespace")
     p.add_argument(
+        "--inputs",
+        default="{}",
+        metavar="JSON",
+        help='the inputs the model does not send, as the key has them: {"args": {...}, '
+        '"state": {...}, "context": ...} (docs/keys.md)',
+    )
+    p.add_argument(
         "--key",
         help=f"check that these parts make this key (or a key starting with these, at least "
         f"{MIN_KEY_PREFIX} characters)",
@@ -72,6 +80,18 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             file=err,
         )
         return 2
+    try:
+        inputs = json.loads(args.inputs)
+    except json.JSONDecodeError as exc:
+        print(f"langchain-idempotent: error: --inputs is not JSON: {exc}", file=err)
+        return 2
+    if not isinstance(inputs, dict) or set(inputs) - {"args", "state", "context"}:
+        print(
+            'langchain-idempotent: error: --inputs must be a JSON object with "args", '
+            '"state" and "context" only',
+            file=err,
+        )
+        return 2
     configurable: dict[str, Any] = {"checkpoint_ns": args.checkpoint_ns}
     if args.thread:
         configurable[SCOPE_CONFIG_KEY] = args.thread
@@ -91,6 +111,7 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
                 tool_call_id=args.tool_call_id,
                 config={"configurable": configurable, "metadata": metadata},
                 namespace=args.namespace,
+                inputs=inputs,
             )
         explained = explain_key(info, scope=args.scope)
     except IdempotencyError as exc:

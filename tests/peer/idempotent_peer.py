@@ -56,7 +56,10 @@ def wrap(t: Any) -> Any:
         return t
     token = _building.set(True)
     try:
-        options: dict[str, Any] = {"scope": _fresh_key} if _MODE == "fresh" else {}
+        # key_state=(): a tool given the whole state declares it no input of its effect
+        # (the suites' tools do not say which fields they read; without it such a tool
+        # is refused: docs/keys.md). Named state fields and injected values enter the key.
+        options: dict[str, Any] = {"scope": _fresh_key} if _MODE == "fresh" else {"key_state": ()}
         wrapped = idempotent(t, store=STORE, **options)
     finally:
         _building.reset(token)

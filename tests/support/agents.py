@@ -102,8 +102,11 @@ def last_is(messages: list[BaseMessage], kind: str, name: str | None = None) -> 
     return m is not None and m.type == kind and (name is None or m.name == name)
 
 
-def swarm_agents(refund: Any, to_bob: Any, to_alice: Any) -> list[Any]:
-    """alice (triage) hands over to bob; bob refunds and hands back; alice answers."""
+def swarm_agents(
+    refund: Any, to_bob: Any, to_alice: Any, middleware: Callable[[], list[Any]] = list
+) -> list[Any]:
+    """alice (triage) hands over to bob; bob refunds and hands back; alice answers. Each
+    agent gets the middleware ``middleware()`` makes."""
 
     def alice(messages: list[BaseMessage]) -> AIMessage:
         if last_is(messages, "human"):
@@ -117,6 +120,8 @@ def swarm_agents(refund: Any, to_bob: Any, to_alice: Any) -> list[Any]:
         return tool_call("issue_refund", invoice_id="INV-7", amount=140)
 
     return [
-        create_agent(ReplyModel(reply=alice), [to_bob], name="alice"),
-        create_agent(ReplyModel(reply=bob), [refund, to_alice], name="bob"),
+        create_agent(ReplyModel(reply=alice), [to_bob], name="alice", middleware=middleware()),
+        create_agent(
+            ReplyModel(reply=bob), [refund, to_alice], name="bob", middleware=middleware()
+        ),
     ]
