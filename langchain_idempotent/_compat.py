@@ -432,7 +432,7 @@ def injected_params(tool: BaseTool) -> InjectedParams:
             injected.add(name)
     special = set(found.state) | call_ids | {found.store, found.runtime}
     whole = [name for name, state_field in found.state.items() if not state_field]
-    if found.runtime is not None:
+    if found.runtime is not None and not _runtime_for_interceptors(tool):
         whole.append(found.runtime)
     return InjectedParams(
         values=tuple(sorted(injected - special)),
@@ -441,6 +441,20 @@ def injected_params(tool: BaseTool) -> InjectedParams:
         runtime=found.runtime,
         hidden=frozenset(injected),
     )
+
+
+#: Where langchain-mcp-adapters defines the function of the tools it makes from an MCP
+#: server's: their ``runtime`` is handed to the client's tool interceptors only.
+_MCP_ADAPTER_MODULE = "langchain_mcp_adapters.tools"
+
+
+def _runtime_for_interceptors(tool: BaseTool) -> bool:
+    """Whether ``tool`` is one langchain-mcp-adapters made, whose ``ToolRuntime`` parameter
+    only reaches the client's interceptors (the key interceptor reads the call's key, not
+    the state): its effect is the MCP call's arguments, so the runtime is no whole-state
+    read. An interceptor that copies state into the request needs ``key_state=[...]``."""
+    fn = getattr(tool, "coroutine", None) or getattr(tool, "func", None)
+    return getattr(fn, "__module__", None) == _MCP_ADAPTER_MODULE
 
 
 def run_context(config: RunnableConfig) -> Any:

@@ -622,3 +622,27 @@ def test_the_explain_command_with_the_inputs_gives_the_stored_key(
     assert main(["explain", *argv, "--inputs", '{"state": {"customer": "B"}}']) == 0
     assert '{"state":{"customer":"B"}}' in capsys.readouterr().out
     assert main(["explain", *argv, "--inputs", '{"state": {"customer": "A"}}']) == 1
+
+
+def test_a_tool_langchain_mcp_adapters_made_is_no_whole_state_read() -> None:
+    """The adapter's tools take a ``ToolRuntime`` for the client's interceptors only: their
+    effect is the MCP call's arguments, so they wrap without ``key_state``; a tool of the
+    same shape written by hand is still refused."""
+    import mcp.types
+    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+    schema = {"type": "object", "properties": {"amount": {"type": "number"}}}
+    made = convert_mcp_tool_to_langchain_tool(
+        None,
+        mcp.types.Tool(name="refund", inputSchema=schema),
+        connection={"transport": "stdio", "command": "true", "args": []},
+    )
+    idempotent(made, InMemoryIdempotencyStore())  # not refused
+
+    @tool
+    def refund(amount: float, runtime: ToolRuntime) -> str:
+        """Refund."""
+        return "ok"
+
+    with pytest.raises(ValueError, match="whole graph state"):
+        idempotent(refund, InMemoryIdempotencyStore())

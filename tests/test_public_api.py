@@ -147,6 +147,10 @@ FOREIGN_MODULES = [
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
     "langchain_idempotent.mcp",
+    "langchain_idempotent.keys",  # CallInfo's Scope and KeyFunction (docs/keys.md)
+    # langchain-tests' standard tool classes (docs/peer-suites.md)
+    "langchain_tests.unit_tests",
+    "langchain_tests.integration_tests",
     # the MCP SDK (docs/mcp.md)
     "mcp",
     "mcp.types",
@@ -183,6 +187,9 @@ def _readme_backticked_names() -> set[str]:
 #: Classes the documentation's prose uses as examples of a tool's results (docs/results.md,
 #: docs/peer-suites.md), and the store authors' names of ``langchain_idempotent.stores``.
 EXAMPLE_NAMES = {"Bar", "Document", "Label", "Point", "Refund", "ClaimRequest"}
+#: A peer test's own context class (docs/peer-suites.md), and mcp 2's answer to a call that
+#: asks for input (docs/mcp.md: absent from the mcp 1 set this environment may hold).
+EXAMPLE_NAMES |= {"CustomContext", "InputRequiredResult"}
 
 
 def _example_names() -> set[str]:
