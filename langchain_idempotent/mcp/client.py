@@ -7,7 +7,10 @@ that reaches the server (and a server that deduplicates by it, see
 
     client = MultiServerMCPClient(connections)
     client.tool_interceptors = [IdempotencyKeyInterceptor(client)]   # or tool_interceptors=
-    tools = idempotent(await client.get_tools(), store=store)
+    tools = idempotent(await client.get_tools(), store=store, key_state=())
+
+(``key_state=()``: an adapters' tool takes LangGraph's runtime, so it is given the whole
+state, which the server's effect does not depend on; docs/keys.md.)
 
 Inside a wrapped call the interceptor sends the key, the fencing token and the attempt
 number under one ``_meta`` prefix (``dev.langchain-idempotent/key``, ``.../fence``,

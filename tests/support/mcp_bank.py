@@ -55,6 +55,9 @@ class Bank:
         return (await self.client().get_tools())[0]
 
     async def tool(self, store: Any = None, **policy: Any) -> BaseTool:
+        # key_state=(): the adapters' tool takes the runtime (the whole state), which the
+        # server's effect does not depend on (docs/keys.md).
+        policy.setdefault("key_state", ())
         return idempotent(
             await self.raw_tool(), store=store or InMemoryIdempotencyStore(), **policy
         )
