@@ -195,7 +195,7 @@ async def test_each_way_of_sending_the_key_reaches_the_server(
 
     with idempotency_scope(f"ticket-{via}"):
         for _ in range(2):  # two client hosts, one key
-            tool = idempotent(raw, store=InMemoryIdempotencyStore())
+            tool = idempotent(raw, store=InMemoryIdempotencyStore(), key_state=())
             await tool.ainvoke({"order_id": order, "amount": 140})
     assert bank.rows.count(order) == 1
 
@@ -207,7 +207,7 @@ async def test_params_is_refused_when_the_server_does_not_advertise_it(
     raw = (await bank.client(via="params").get_tools())[0]
     from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 
-    tool = idempotent(raw, store=InMemoryIdempotencyStore())
+    tool = idempotent(raw, store=InMemoryIdempotencyStore(), key_state=())
     with (
         idempotency_scope("ticket-params"),
         pytest.raises(ValueError, match=r"does not advertise capabilities\.tools\.idempotency"),

@@ -135,6 +135,8 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "identical_calls",
         "on_fork",
         "interrupt_mode",
+        "key_state",
+        "key_exclude",
     }
     assert set(option_names()) - set(env_fields()) == code_only
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}

@@ -9,6 +9,9 @@ that reaches the server (and a server that deduplicates by it, see
     client.tool_interceptors = [IdempotencyKeyInterceptor(client)]   # or tool_interceptors=
     tools = idempotent(await client.get_tools(), store=store)
 
+(An adapters' tool takes LangGraph's runtime, for the interceptors only: it is no
+whole-state read and needs no ``key_state``; docs/keys.md.)
+
 Inside a wrapped call the interceptor sends the key, the fencing token and the attempt
 number under one ``_meta`` prefix (``dev.langchain-idempotent/key``, ``.../fence``,
 ``.../attempt``), and SEP-3182's ``params.idempotencyKey`` too when the server advertises
