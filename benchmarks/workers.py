@@ -253,6 +253,25 @@ def run_case(spec: ThroughputSpec, url: str, ports: list[int]) -> dict[str, Any]
     return out
 
 
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median calls/s (its own p50 / p99 with it); a failed run, if any,
+    and every run's duplicates and errors, so none is hidden by the median."""
+    failed = [r for r in runs if r.get("status") != "ok"]
+    if failed:
+        return failed[0]
+    ranked = sorted(runs, key=lambda r: r["calls_per_s"])
+    median = dict(ranked[(len(ranked) - 1) // 2])
+    median["duplicate_executions"] = sum(r["duplicate_executions"] for r in runs)
+    median["keys_never_run"] = sum(r["keys_never_run"] for r in runs)
+    errors: dict[str, int] = {}
+    for r in runs:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    median["errors"] = errors
+    median["calls_per_s_runs"] = [round(r["calls_per_s"]) for r in runs]
+    return median
+
+
 @contextlib.contextmanager
 def backend(name: str, stack: ExitStack) -> Iterator[tuple[str, list[int]] | str]:
     """The server(s) for ``name``: (url, Redis ports to read CPU from), or why not."""
@@ -292,8 +311,11 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"`{report['command']}` — {report['date']}, {report['elapsed_s']} s, load average "
         f"{report['loadavg_start']} at the start, {report['loadavg_end']} at the end, on "
-        f"{report['cpus']} vCPUs shared with other work. {cfg['calls']} calls per case "
-        f"(split across the workers); `hot`: generations of 16 keys every worker races for.",
+        f"{report['cpus']} vCPUs shared with other work. {cfg['calls']} calls per case, "
+        f"split across the workers; each row is the median of {cfg.get('reps', 1)} run(s) by "
+        "calls/s (duplicates and errors summed over all runs); `hot`: generations of 16 keys "
+        "every worker races for. Server CPU: the Redis servers' own user + system time "
+        "(`INFO cpu`) per 1,000 calls.",
         "",
         "| backend | mode | keys | workers | calls/s | p50 (µs) | p99 (µs) "
         "| server CPU ms / 1k calls | duplicates | keys never run | errors |",
@@ -360,6 +382,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated")
     p.add_argument("--workers", default=",".join(map(str, WORKERS)), help="comma-separated")
     p.add_argument("--calls", type=int, default=3200, help="calls per case, split across workers")
+    p.add_argument("--reps", type=int, default=1, help="runs per case; the median is reported")
     p.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     p.add_argument("--out", default=str(RESULTS_DIR))
     p.add_argument("--name", default=None, help="file stem (default workers; quick: workers-quick)")
@@ -399,12 +422,16 @@ def main(argv: list[str] | None = None) -> int:
                 for keys in ("distinct", "hot")
                 for n in args.workers
             ]
-            order = list(specs)
-            rng.shuffle(order)  # no case always runs first, or last, on a drifting machine
-            done: dict[str, dict[str, Any]] = {}
-            for spec in order:
-                case = run_case(spec, url, ports)
-                done[spec.id] = case
+            runs: dict[str, list[dict[str, Any]]] = {s.id: [] for s in specs}
+            for rep in range(args.reps):
+                order = list(specs)
+                rng.shuffle(order)  # no case always runs first, or last, on a drifting machine
+                for spec in order:
+                    runs[spec.id].append(run_case(spec, url, ports))
+                say(f"{name}: repetition {rep + 1}/{args.reps} done")
+            cases: list[dict[str, Any]] = []
+            for spec in specs:
+                case = _median_run(runs[spec.id])
                 if case.get("status") != "ok":
                     problems.append(f"{spec.id}: {case.get('detail')}")
                 elif case["duplicate_executions"] or case["keys_never_run"] or case["errors"]:
@@ -414,12 +441,17 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 else:
                     say(f"{spec.id}: {case['calls_per_s']:,.0f} calls/s, "
-                             f"p99 {case['p99_us']:,.0f} us")  # fmt: skip
-            cases = [done[s.id] for s in specs]
+                        f"p99 {case['p99_us']:,.0f} us")  # fmt: skip
+                cases.append(case)
             backends.append({"backend": name, "status": "ok", "cases": cases})
     report.update(
         seed=seed,
-        config={"calls": args.calls, "workers": args.workers, "modes": args.modes},
+        config={
+            "calls": args.calls,
+            "workers": args.workers,
+            "modes": args.modes,
+            "reps": args.reps,
+        },
         backends=backends,
         problems=problems,
     )
