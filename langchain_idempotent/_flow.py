@@ -133,6 +133,7 @@ class Flow:
                     owner=call.owner,
                 )
                 return (yield from self._store_reconciled(call, held, found.value, owned=False))
+            took = {}  # the claim's time went with the reconcile event
         self._emit(call, "outcome_unknown", claim.fence, claim.attempt, took)
         raise OutcomeUnknownError(
             f"a previous run (fence {claim.fence}, attempt {claim.attempt}) lost its lease "
