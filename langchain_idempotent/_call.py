@@ -227,6 +227,7 @@ class PendingCall:
             "args": self.args,
             "thread_id": self.thread_id,
             "claimed": claimed,
+            "call_id": self.tool_call_id,
         }
 
     def run(

@@ -66,38 +66,43 @@ class Flow:
         down). BUSY waits and claims again; MISMATCH and EXPIRED (``on_expired="raise"``)
         raise. The common first run and replay pass through this one frame."""
         deadline: float | None = None
+        waited: float | None = None  # when the first BUSY answer came (perf_counter)
         while True:
+            started = time.perf_counter()
             try:
                 claim: Claim = yield _CLAIM
             except IdempotencyError as exc:  # unreachable store or an unreadable record
-                self._emit(call, "store_error", detail={"op": "claim", "error": str(exc)})
+                detail = {"op": "claim", "error": str(exc), **_took(started, waited)}
+                self._emit(call, "store_error", detail=detail)
                 if self.policy.fail_open and isinstance(exc, StoreUnavailableError):
                     return (yield from self._unprotected(call))
                 raise
+            took = _took(started, waited)  # the claim's round trip (and the wait), as detail
             outcome = claim.outcome
             if outcome is ClaimOutcome.REPLAY:
-                self._emit(call, "replay", claim.fence, claim.attempt)
+                self._emit(call, "replay", claim.fence, claim.attempt, took)
                 return self._replay(call, claim.payload, claim.failed)
             if outcome.runs:
-                return (yield from self._run_owned(call, claim))
+                return (yield from self._run_owned(call, claim, took))
             if outcome is ClaimOutcome.BUSY:
                 first = deadline is None
                 if deadline is None:  # infinite for wait_timeout=None: the lease bounds it
                     deadline = time.monotonic() + self.policy.wait_timeout_s
+                    waited = time.perf_counter()
                 watch = self._watch(call, claim, deadline)
                 if first:
-                    detail = {"lease_left_ms": claim.retry_after_ms}
+                    detail = {"lease_left_ms": claim.retry_after_ms, **took}
                     self._emit(call, "wait", claim.fence, claim.attempt, detail)
                 yield watch
                 continue
             if outcome is ClaimOutcome.MISMATCH:
-                self._emit(call, "payload_mismatch", claim.fence, claim.attempt)
+                self._emit(call, "payload_mismatch", claim.fence, claim.attempt, took)
                 raise PayloadMismatchError(
                     "this idempotency key was already used with different arguments; a key "
                     "must identify one payload (use a new key for a new request)",
                     key=call.key,
                 )
-            return (yield from self._expired(call, claim))
+            return (yield from self._expired(call, claim, took))
 
     def _watch(self, call: _Call, claim: Claim, deadline: float) -> _WatchStep:
         """The watch on a BUSY key, or :class:`InProgressError` once the wait is over."""
@@ -112,11 +117,13 @@ class Flow:
             )
         return _WatchStep(claim.fence, min(left, claim.retry_after_ms / 1000 + 0.002))
 
-    def _expired(self, call: _Call, claim: Claim) -> Generator[_Step, Any, Any]:
+    def _expired(
+        self, call: _Call, claim: Claim, took: Mapping[str, float]
+    ) -> Generator[_Step, Any, Any]:
         """``on_expired="raise"`` met an expired lease: the reconcile hook's result, stored
         write-once over the record as it is (nothing is held), or ``OutcomeUnknownError``."""
         if call.reconcile is not None:
-            found = yield from self._ask(call, claim, claim.attempt)
+            found = yield from self._ask(call, claim, claim.attempt, took)
             if found is not None:
                 held = IdempotencyContext(
                     key=call.key,
@@ -126,7 +133,8 @@ class Flow:
                     owner=call.owner,
                 )
                 return (yield from self._store_reconciled(call, held, found.value, owned=False))
-        self._emit(call, "outcome_unknown", claim.fence, claim.attempt)
+            took = {}  # the claim's time went with the reconcile event
+        self._emit(call, "outcome_unknown", claim.fence, claim.attempt, took)
         ended = "lost its lease"
         if claim.reason == "error":
             ended = f"raised {claim.error_type or 'an exception'} after its side effect began"
@@ -153,7 +161,9 @@ class Flow:
             raise done.exc
         return done.value.value if isinstance(done.value, Unmemoized) else done.value
 
-    def _run_owned(self, call: _Call, claim: Claim) -> Generator[_Step, Any, Any]:
+    def _run_owned(
+        self, call: _Call, claim: Claim, took: Mapping[str, float]
+    ) -> Generator[_Step, Any, Any]:
         """Holding the lease: reconcile a takeover, or run the action and settle it."""
         policy = self.policy
         boundary = _Boundary(
@@ -171,12 +181,16 @@ class Flow:
             _boundary=boundary,
         )
         if claim.outcome is ClaimOutcome.RETRY:  # the previous attempt never reached its effect
-            self._emit(call, "free_retry", ctx.fence, ctx.attempt, {"reason": claim.reason})
-        else:
-            self._emit(call, "takeover" if ctx.takeover else "claim", ctx.fence, ctx.attempt)
+            detail = {"reason": claim.reason, **took}
+            self._emit(call, "free_retry", ctx.fence, ctx.attempt, detail)
+        elif not ctx.takeover:
+            self._emit(call, "claim", ctx.fence, ctx.attempt, took)
+        else:  # ``reconcile``: a hook is asked first (its event follows, ``takeover=True``)
+            detail = {"reconcile": call.reconcile is not None, **took}
+            self._emit(call, "takeover", ctx.fence, ctx.attempt, detail)
         if ctx.takeover and call.reconcile is not None:
             try:
-                found = yield from self._ask(call, claim, claim.attempt - 1)
+                found = yield from self._ask(call, claim, claim.attempt - 1, {"takeover": True})
             except BaseException:
                 # Still unknown: give it back so the next claimant asks again.
                 yield from self._abandon(
@@ -288,10 +302,10 @@ class Flow:
         return completion
 
     def _ask(
-        self, call: _Call, claim: Claim, previous_attempt: int
+        self, call: _Call, claim: Claim, previous_attempt: int, extra: Mapping[str, Any]
     ) -> Generator[_Step, Any, HookAnswer | None]:
         """Ask the reconcile hook; the found result (a ``HookAnswer``), ``None`` when it found
-        nothing, or the hook's exception raised."""
+        nothing, or the hook's exception raised. ``extra``: more detail for its event."""
         assert call.reconcile is not None
         question = ReconcileCall(
             key=call.key,
@@ -309,6 +323,7 @@ class Flow:
         took: dict[str, Any] = {
             "duration_ms": round(answer.duration_ms, 3),
             "reason": question.reason,
+            **extra,
         }
         if question.error_type is not None:
             took["error_type"] = question.error_type
@@ -406,5 +421,17 @@ class Flow:
         self._counter.add(kind)
         if self.on_event is None and call.observer is None and not logger.isEnabledFor(10):
             return
-        event = IdempotencyEvent(kind, call.key, call.tool, fence, attempt, detail or {})
+        event = IdempotencyEvent(
+            kind, call.key, call.tool, fence, attempt, detail or {}, call_id=call.call_id
+        )
         deliver(event, self.on_event, call.observer)
+
+
+def _took(started: float, waited: float | None) -> dict[str, float]:
+    """``claim_ms``: the claim's round trip since ``started``; ``waited_ms``: the lease wait
+    since ``waited`` (the first BUSY answer), when there was one."""
+    now = time.perf_counter()
+    took = {"claim_ms": round((now - started) * 1000, 3)}
+    if waited is not None:
+        took["waited_ms"] = round((now - waited) * 1000, 3)
+    return took

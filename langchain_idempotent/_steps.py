@@ -111,6 +111,8 @@ class _Call:
     reconcile: Reconciler | None
     args: Mapping[str, Any]
     thread_id: str | None
+    #: The LangChain tool call id (``ToolCall["id"]``), for the events; ``None`` if none.
+    call_id: str | None = None
 
     @property
     def key(self) -> str:

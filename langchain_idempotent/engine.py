@@ -238,6 +238,7 @@ class Engine(Flow):
         args: Mapping[str, Any] | None,
         thread_id: str | None,
         claimed: Claimed | None,
+        call_id: str | None,
     ) -> _Call:
         return _Call(
             self.claim_request(key, fingerprint, meta) if claimed is None else claimed.request,
@@ -246,6 +247,7 @@ class Engine(Flow):
             reconciler_for(self.policy.reconcile, tool),
             MappingProxyType(dict(args or {})),
             thread_id,
+            call_id,
         )
 
     # -- sync driver ------------------------------------------------------------------
@@ -262,13 +264,15 @@ class Engine(Flow):
         args: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
         claimed: Claimed | None = None,
+        call_id: str | None = None,
     ) -> T:
         """Run ``action`` once for ``key`` and return its result, or replay the stored one.
 
         ``args`` and ``thread_id`` are what a reconcile hook is told about the call; the
         hook is ``policy.reconcile`` (its entry for ``tool`` when it is a mapping).
-        ``claimed``: the claim a batch already made for this call (its first claim)."""
-        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, claimed)
+        ``claimed``: the claim a batch already made for this call (its first claim);
+        ``call_id``: the tool call's id, carried by its events (``IdempotencyEvent.call_id``)."""
+        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id)
         drive = _Drive(self._flow(call), claimed)
         step = drive.next()
         while step is not None:
@@ -369,9 +373,10 @@ class Engine(Flow):
         args: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
         claimed: Claimed | None = None,
+        call_id: str | None = None,
     ) -> T:
         """The async twin of :meth:`run`; ``action`` returns an awaitable."""
-        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, claimed)
+        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id)
         drive = _Drive(self._flow(call), claimed)
         step = drive.next()
         while step is not None:

@@ -25,8 +25,17 @@ Stable event kinds (``IdempotencyEvent.kind``):
                        uncertain, the next claimant takes over
 ``reconcile``          a reconcile hook was asked about an uncertain call; ``detail``:
                        ``outcome`` (``found``, ``not_found``, ``error``), ``duration_ms``,
-                       ``reason`` and (for reason ``error``) ``error_type``
+                       ``reason`` and (for reason ``error``) ``error_type``; ``takeover:
+                       True`` when the call took the key over (not found: the tool runs)
 =====================  ===============================================================
+
+The event that follows a claim (``claim``, ``replay``, ``takeover``, ``free_retry``,
+``wait``, ``payload_mismatch``, ``outcome_unknown``, a ``reconcile`` under
+``on_expired="raise"``, a claim's ``store_error``) carries ``claim_ms``, the claim's round
+trip in milliseconds (about 0 for a claim made for it by its sibling calls' batch), and
+``waited_ms`` when the call first waited out another owner's lease. A ``takeover`` says
+``reconcile: True`` when a reconcile hook is asked before the tool runs. ``call_id`` is
+the LangChain tool call id, when the call had one.
 
 Logging goes to ``logging.getLogger("langchain_idempotent")`` and children; no handler
 is installed by the library.
@@ -104,6 +113,8 @@ class IdempotencyEvent:
     fence: int = 0
     attempt: int = 0
     detail: Mapping[str, Any] = field(default_factory=dict)
+    #: The tool call's id (LangChain's ``ToolCall["id"]``) when the call had one.
+    call_id: str | None = None
 
 
 def log_event(event: IdempotencyEvent) -> None:

@@ -167,3 +167,86 @@ def test_the_quick_run_is_compared_with_the_committed_baseline(
     _, report, markdown = quick_run
     assert "## Against the committed baseline" in markdown
     assert "ratios regressed by more than 10%" in report["regressions"][0]
+
+
+# -- benchmarks.scale and benchmarks.workers (tiny sizes: they run, they count right) -------
+
+
+def _run_module(args: list[str], out: Path, **env: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args, "--quick", "--out", str(out), "--seed", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=480,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
+    if proc.returncode != 0:
+        print(proc.stdout[-5000:], proc.stderr[-5000:], sep="\n")
+    return proc.returncode, json.loads(next(out.glob("*.json")).read_text()), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def scale_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("scale")
+    code, report, _ = _run_module(["--scale"], out)
+    return code, report, out
+
+
+def test_the_scale_run_grows_every_store_and_weighs_its_records(
+    scale_run: tuple[int, dict[str, Any], Path],
+) -> None:
+    code, report, out = scale_run
+    assert code == 0 and report["problems"] == []
+    by_store = {s["store"]: s for s in report["stores"]}
+    assert set(by_store) == {"sqlite", "redis", "redis-listpack", "postgres"}
+    measured = [s for s in report["stores"] if s["status"] == "ok"]
+    assert {"sqlite", "redis"} <= {s["store"] for s in measured}
+    if POSTGRES:
+        assert by_store["postgres"]["status"] == "ok"
+    for s in measured:
+        assert [st["size"] for st in s["stages"]] == report["config"]["sizes"]
+        for st in s["stages"]:
+            assert st["records"] >= st["size"]
+            assert st["bytes_per_record"] > 0
+            for case in ("grown_first_run", "grown_replay", "ref_first_run", "ref_replay"):
+                assert 0 < st[case]["p50_us"] <= st[case]["p99_us"]
+        expiry = s["expiry"]
+        assert expiry["calls"] > 0 and expiry["removed"] > 0
+    assert (out / "scale-quick.md").read_text().startswith("# Cost as records grow")
+    assert (out / "scale-quick.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_store_whose_server_is_missing_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    path = os.path.dirname(sys.executable)  # python, and no redis-server
+    code, report, stderr = _run_module(["--scale", "--stores", "sqlite,redis"], tmp_path, PATH=path)
+    assert code == 0
+    by_store = {s["store"]: s for s in report["stores"]}
+    assert by_store["sqlite"]["status"] == "ok"
+    assert by_store["redis"] == {
+        "store": "redis",
+        "status": "skipped",
+        "detail": "redis-server is not on PATH",
+    }
+    assert "redis: skipped: redis-server is not on PATH" in stderr
+
+
+def test_the_workers_run_executes_each_key_once_at_every_concurrency(
+    tmp_path: Path,
+) -> None:
+    code, report, _ = _run_module(["--workers"], tmp_path)
+    assert code == 0 and report["problems"] == []
+    measured = [b for b in report["backends"] if b["status"] == "ok"]
+    assert {"redis", "cluster"} <= {b["backend"] for b in measured}
+    for b in measured:
+        assert {(c["mode"], c["keys"], c["workers"]) for c in b["cases"]} == {
+            (m, k, n) for m in ("processes", "threads", "asyncio")
+            for k in ("distinct", "hot") for n in (1, 4)
+        }  # fmt: skip
+        for c in b["cases"]:
+            assert c["status"] == "ok", c
+            assert c["executions"] == c["key_count"], c
+            assert c["duplicate_executions"] == 0 and c["keys_never_run"] == 0, c
+            assert c["results"] == c["calls"] > 0 and c["errors"] == {}
+            assert 0 < c["p50_us"] <= c["p99_us"]
+    assert (tmp_path / "workers-quick.png").read_bytes()[:4] == b"\x89PNG"

@@ -87,7 +87,7 @@ def test_a_takeover_of_an_attempt_that_died_before_its_block_is_a_free_retry(
     assert got == "refunded" and ours.effects == ["refund"]
     assert ours.asked == [] and "free_retry" in ours.kinds() and "takeover" not in ours.kinds()
     free = next(e for e in ours.events if e.kind == "free_retry")
-    assert (free.fence, free.attempt, free.detail) == (2, 2, {"reason": "lease_expired"})
+    assert (free.fence, free.attempt, free.detail["reason"]) == (2, 2, "lease_expired")
 
     # The same crash on a tool that does not mark its effect: uncertain, the hook is asked.
     engine = plain.engine(on_expired=on_expired)

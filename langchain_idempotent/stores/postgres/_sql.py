@@ -130,8 +130,12 @@ DECLARE
 BEGIN
     retry_after_ms := 0; failed := false; entered := false;
     IF p_sweep > 0 THEN  -- the occasional bounded purge of expired rows
+        -- The clock read once, into a variable: compared with clock_timestamp() itself
+        -- (volatile) the index on expires_at is only walked, row by row through the whole
+        -- table; compared with a value it is a range scan that stops at the first live row.
+        now_ms := {now};
         DELETE FROM {t} WHERE key IN (
-            SELECT s.key FROM {t} s WHERE s.expires_at <= {now}
+            SELECT s.key FROM {t} s WHERE s.expires_at <= now_ms
             ORDER BY s.expires_at LIMIT p_sweep FOR UPDATE SKIP LOCKED);
     END IF;
     -- Fast path, no row lock: the answers that write nothing (MISMATCH, REPLAY, BUSY) from
