@@ -166,7 +166,10 @@ def _store(url: str) -> BaseIdempotencyStore:
 
 
 def _policy() -> Policy:
-    policy = Policy.from_env()
+    # key_exclude=["context"]: the Agent Server mirrors a run's configurable into the run
+    # context (here the demo's settle_seconds knob, set on the first run only), and these
+    # tools read nothing from it, so a double-texted run is the same effect (docs/keys.md).
+    policy = Policy.from_env().with_options(key_exclude=("context",))
     if "IDEMPOTENCY_WAIT_TIMEOUT" not in os.environ:
         policy = policy.with_options(wait_timeout=None)
     return policy
