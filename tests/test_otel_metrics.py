@@ -38,6 +38,7 @@ from langchain_idempotent import (
     idempotent,
 )
 from langchain_idempotent.otel import OUTCOMES, OpenTelemetryHook
+from langchain_idempotent.stores.base import ClaimRequest, Held
 from tests.support.graphs import thread
 
 Points = dict[tuple[str, frozenset[tuple[str, Any]]], Any]
@@ -83,15 +84,13 @@ def calls(reader: InMemoryMetricReader, tool: str = "issue_refund") -> dict[str,
 
 def expire(store: InMemoryIdempotencyStore, key: str, *, boundary: bool = False) -> None:
     """A worker claimed ``key`` and died: its attempt is uncertain (lease ended, no result)."""
-    c = store.claim(
-        key, owner="dead", fingerprint="fp", lease_ms=5000, ttl_ms=60_000, boundary=boundary
-    )
-    assert store.abandon(key, owner="dead", fence=c.fence, reason="lease_expired")
+    c = store.claim(ClaimRequest(key, "dead", "fp", 5000, 60_000, boundary=boundary))
+    assert store.abandon(Held(key, "dead", c.fence), "lease_expired")
 
 
 class DownStore(InMemoryIdempotencyStore):
-    def claim(self, key: str, **kwargs: object) -> object:  # type: ignore[override]
-        raise StoreUnavailableError("connection refused", key=key)
+    def claim(self, request: ClaimRequest) -> object:  # type: ignore[override]
+        raise StoreUnavailableError("connection refused", key=request.key)
 
 
 def test_each_call_is_counted_once_under_its_outcome(reader: InMemoryMetricReader) -> None:

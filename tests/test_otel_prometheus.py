@@ -25,6 +25,7 @@ from langchain_idempotent import (
     StoreUnavailableError,
 )
 from langchain_idempotent.otel import OpenTelemetryHook
+from langchain_idempotent.stores.base import ClaimRequest, Held
 
 from .support.docs import DOCS
 
@@ -42,8 +43,8 @@ EXPORTED = {
 
 
 class DownStore(InMemoryIdempotencyStore):
-    def claim(self, key: str, **kwargs: object) -> object:  # type: ignore[override]
-        raise StoreUnavailableError("connection refused", key=key)
+    def claim(self, request: ClaimRequest) -> object:  # type: ignore[override]
+        raise StoreUnavailableError("connection refused", key=request.key)
 
 
 @pytest.fixture
@@ -72,8 +73,8 @@ def test_every_instrument_is_scraped_under_its_documented_name(
     engine = Engine(store, Policy(reconcile=lambda call: "found"), on_event=hook)
     engine.run("k", fingerprint="fp", action=lambda: 1, tool="issue_refund")
     engine.run("k", fingerprint="fp", action=lambda: 1, tool="issue_refund")
-    c = store.claim("k2", owner="dead", fingerprint="fp", lease_ms=5000, ttl_ms=60_000)
-    store.abandon("k2", owner="dead", fence=c.fence, reason="lease_expired")
+    c = store.claim(ClaimRequest("k2", "dead", "fp", lease_ms=5000, ttl_ms=60_000))
+    store.abandon(Held("k2", "dead", c.fence), "lease_expired")
     assert engine.run("k2", fingerprint="fp", action=lambda: 1, tool="issue_refund") == "found"
     with pytest.raises(StoreUnavailableError):
         Engine(DownStore(), on_event=hook).run("k3", fingerprint="fp", action=lambda: 1)

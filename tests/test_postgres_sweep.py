@@ -10,6 +10,7 @@ import time
 
 import psycopg
 
+from langchain_idempotent.stores.base import ClaimRequest
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 
@@ -35,7 +36,7 @@ def _rows_read(conn: psycopg.Connection[tuple[object, ...]], table: str) -> int:
 def test_a_sweep_reads_the_expired_rows_not_the_whole_table(pg_url: str, pg_table: str) -> None:
     seeding = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     seeding.setup()
-    seeding.claim("seed", owner="o", fingerprint="fp", lease_ms=1000, ttl_ms=86_400_000)
+    seeding.claim(ClaimRequest("seed", "o", "fp", lease_ms=1000, ttl_ms=86_400_000))
     seeding.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         # LIVE live rows (a day to go) and 10 expired ones: copies of the store's own row.
@@ -59,7 +60,7 @@ def test_a_sweep_reads_the_expired_rows_not_the_whole_table(pg_url: str, pg_tabl
         before = _rows_read(conn, pg_table)
         store = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
         for i in range(SWEEP_EVERY):  # one of them sweeps
-            store.claim(f"new-{i}", owner="o", fingerprint="fp", lease_ms=1000, ttl_ms=60_000)
+            store.claim(ClaimRequest(f"new-{i}", "o", "fp", lease_ms=1000, ttl_ms=60_000))
         store.close()  # its sessions end: their statistics reach the shared counts
         expired = conn.execute(f"SELECT count(*) FROM {pg_table} WHERE expires_at = 0").fetchone()
         assert expired == (0,)  # the sweep ran and took the expired rows
