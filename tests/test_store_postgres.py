@@ -86,7 +86,7 @@ def test_setup_is_idempotent_and_records_the_schema_version(
     assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
 
 
-def test_setup_applies_the_migrations_above_a_tables_stored_version_and_keeps_its_rows(
+def test_setup_upgrades_a_table_of_an_older_stored_version_and_keeps_its_rows(
     store: PostgresIdempotencyStore,
     pg_url: str,
     pg_table: str,
@@ -95,15 +95,16 @@ def test_setup_applies_the_migrations_above_a_tables_stored_version_and_keeps_it
     store.setup()
     c = claim(store, "kept", "a")
     complete(store, "kept", "a", c.fence, b"old row")
-    # A later release appends version 2 (here: one more index); the table stays at 1.
-    v2 = "CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated_at)"
-    monkeypatch.setattr(pg_sql, "_MIGRATIONS", (*pg_sql._MIGRATIONS, v2))
-    monkeypatch.setattr(pg_sql, "SCHEMA_VERSION", 2)
+    older = "UPDATE langchain_idempotent_schema SET version = 4 WHERE table_name = %s"
+    sql(pg_url, older, pg_table)
+    # A later release adds what older layouts lack (here: one more index).
+    v_next = "CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated_at)"
+    monkeypatch.setattr(pg_sql, "_UPGRADE", (*pg_sql._UPGRADE, v_next))
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
-        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup migrated it
+        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup upgraded it
         version = "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s"
-        assert sql(pg_url, version, pg_table) == [(2,)]
+        assert sql(pg_url, version, pg_table) == [(pg_sql.SCHEMA_VERSION,)]
         assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = %s", f"{pg_table}_updated")
     finally:
         fresh.close()
@@ -128,7 +129,7 @@ def test_setup_restores_the_functions_of_a_table_whose_schema_row_was_lost(
             "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
             pg_table,
         )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(1,)]
+        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(5,)]
     finally:
         fresh.close()
 
@@ -308,7 +309,7 @@ def test_the_purge_and_list_statements_use_the_indexes(
 
 
 def test_every_function_documents_its_parameters_and_what_it_returns() -> None:
-    source = "\n".join(pg_sql._MIGRATIONS)
+    source = pg_sql._SCHEMA
     functions = re.findall(
         r"((?:^--[^\n]*\n)+)CREATE OR REPLACE FUNCTION \{t\}_(\w+)\((.*?)\)\s*LANGUAGE",
         source,
