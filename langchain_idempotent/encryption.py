@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import struct
@@ -65,41 +66,50 @@ def _aesgcm(key: bytes) -> AESGCM:
     return AESGCM(key)
 
 
+@functools.cache
+def _invalid_tag() -> type[Exception]:
+    from cryptography.exceptions import InvalidTag
+
+    return InvalidTag
+
+
 def _field(value: bytes) -> bytes:
     return struct.pack(">I", len(value)) + value
 
 
+@functools.lru_cache(maxsize=256)
+def _aad_head(kind: Kind, namespace: str, key_id: str) -> bytes:
+    return _AAD_HEAD + _field(kind.encode()) + _field(namespace.encode()) + _field(key_id.encode())
+
+
 def _aad(kind: Kind, namespace: str, key: str, key_id: str) -> bytes:
-    return (
-        _AAD_HEAD
-        + _field(kind.encode())
-        + _field(namespace.encode())
-        + _field(key.encode())
-        + _field(key_id.encode())
-    )
+    """The associated data: format, kind, namespace and key id (cached), then the key."""
+    return _aad_head(kind, namespace, key_id) + _field(key.encode())
 
 
 def _split(data: bytes) -> tuple[str, str, bytes, bytes] | None:
     """``(key id, namespace, nonce, ciphertext)`` of a sealed payload's data, or ``None``
-    when it is not laid out as one."""
+    when it is not laid out as one (the key id is checked by whoever looks it up)."""
     try:
         n = data[0]
         key_id = data[1 : 1 + n].decode("ascii")
-        (m,) = struct.unpack(">H", data[1 + n : 3 + n])
+        m = int.from_bytes(data[1 + n : 3 + n], "big")
         namespace = data[3 + n : 3 + n + m].decode("utf-8")
-    except (IndexError, struct.error, UnicodeDecodeError):
+    except (IndexError, UnicodeDecodeError):
         return None
-    rest = data[3 + n + m :]
-    if not _KEY_ID.fullmatch(key_id) or len(rest) < _NONCE + _GCM_TAG:
+    start = 3 + n + m
+    if len(data) < start + _NONCE + _GCM_TAG:
         return None
-    return key_id, namespace, rest[:_NONCE], rest[_NONCE:]
+    return key_id, namespace, data[start : start + _NONCE], data[start + _NONCE :]
 
 
 def sealed_key_id(data: bytes) -> tuple[str, str] | None:
     """``(key id, namespace)`` named in a sealed payload's data (after its tag line), or
     ``None``; read from the clear header, not authenticated (for ``show`` and ``rotate``)."""
     parts = _split(data)
-    return None if parts is None else (parts[0], parts[1])
+    if parts is None or not _KEY_ID.fullmatch(parts[0]):
+        return None
+    return parts[0], parts[1]
 
 
 class ResultEncryption:
@@ -261,12 +271,10 @@ class ResultEncryption:
                 f"as tampered{_ADVICE.format(key=key)}",
                 key=key,
             )
-        from cryptography.exceptions import InvalidTag
-
         ns = stored_ns if namespace is None else namespace
         try:
             return cipher.decrypt(nonce, sealed, _aad(kind, ns, key or "", key_id))
-        except InvalidTag:
+        except _invalid_tag():
             raise CorruptRecordError(
                 f"the stored {kind} of key {key} (key id {key_id!r}, namespace {ns!r}) does "
                 "not authenticate: it was changed, copied from another record, or sealed "

@@ -5,6 +5,7 @@ configured from the environment with clear errors that never show key bytes."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -315,3 +316,17 @@ def test_the_repr_names_key_ids_not_keys() -> None:
     secret = os.urandom(32)
     text = repr(ResultEncryption({"live": secret}))
     assert "live" in text and _b64(secret) not in text and repr(secret) not in text
+
+
+def test_the_encryption_benchmark_measures_every_case_and_writes_its_report(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import encryption as bench
+
+    out = tmp_path / "encryption.md"
+    assert bench.main(["--rounds", "1", "--batch", "3", "--no-redis", "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| memory")]
+    rows += [line for line in out.read_text().splitlines() if line.startswith("| sqlite")]
+    assert len(rows) == 8  # 2 stores x 2 sizes x (first run, replay), each off and on
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert {d["encryption"] for d in doc} == {"off", "on"} and len(doc) == 16
