@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import itertools
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +36,7 @@ from langchain_idempotent.engine import Engine
 from langchain_idempotent.stores.base import BaseIdempotencyStore
 
 from . import ours
+from .adapter_timing import interleaved
 
 __all__ = ["main", "timing"]
 
@@ -88,21 +87,7 @@ def timing(
     stores: dict[str, BaseIdempotencyStore], rounds: int, batch: int
 ) -> dict[tuple[str, str, str, str], float]:
     """The median µs per case over ``rounds`` interleaved rounds of ``batch`` calls."""
-    cases = _cases(stores)
-    samples: dict[tuple[str, str, str, str], list[int]] = {name: [] for name in cases}
-    clock = time.perf_counter_ns
-    for r in range(rounds + 1):
-        gc.collect()
-        for name, (op, make) in cases.items():
-            args = make(batch)
-            out = []
-            for a in args:
-                t0 = clock()
-                op(a)
-                out.append(clock() - t0)
-            if r:
-                samples[name].extend(out)
-    return {name: statistics.median(v) / 1000 for name, v in samples.items()}
+    return interleaved(_cases(stores), rounds, batch)
 
 
 @contextlib.contextmanager
