@@ -6,9 +6,10 @@ delete anything.
 
 The layouts are tests/fixtures/schema_history/ (each earlier build's own ``setup()`` run and
 dumped by ``python -m tests.fixtures.schema_history.recover``): PostgreSQL versions 2, 3
-and 4 of the pre-release builds and version 1 as it was edited in place (before the
-side-effect mark, with the mark, with the takeover that keeps its mark, with the single
-claim INSERT); SQLite versions 1 and 2.
+and 4 of the pre-release builds (3 twice: before and after 3 and 4 were folded) and
+version 1 as it was edited in place (before the side-effect mark, with the mark, with the
+takeover that keeps its mark, with the single claim INSERT, both), then today's version 5;
+SQLite versions 1 and 2.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _functions(url: str, table: str) -> list[tuple[object, ...]]:
 
 def test_the_history_holds_every_postgres_layout_and_todays_is_the_last() -> None:
     versions = [re.search(r"-v(\d+)\.sql$", n).group(1) for n in PG_LAYOUTS]  # type: ignore[union-attr]
-    assert versions == ["2", "2", "3", "4", "1", "1", "1", "1"], PG_LAYOUTS
+    assert versions == ["2", "2", "3", "4", "3", "1", "1", "1", "1", "1", "5"], PG_LAYOUTS
     current = (HISTORY / "postgres" / PG_CURRENT).read_text()
     for statement in pg_sql._SCHEMA.split("\n;;\n"):
         if "CREATE OR REPLACE FUNCTION" in statement:
