@@ -18,8 +18,8 @@ import gc
 import itertools
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 
@@ -27,7 +27,9 @@ from . import ours
 from .adapter_profile import _captured
 from .graph_step import ToolCounter, _noop_tool
 
-__all__ = ["main"]
+__all__ = ["interleaved", "main"]
+
+_K = TypeVar("_K")
 
 
 def _cases() -> dict[str, tuple[Callable[[Any], object], Callable[[int], list[Any]]]]:
@@ -69,8 +71,17 @@ def _cases() -> dict[str, tuple[Callable[[Any], object], Callable[[int], list[An
 
 def timing(rounds: int, batch: int) -> dict[str, float]:
     """The median µs per case over ``rounds`` interleaved rounds of ``batch`` calls."""
-    cases = _cases()
-    samples: dict[str, list[int]] = {name: [] for name in cases}
+    return interleaved(_cases(), rounds, batch)
+
+
+def interleaved(
+    cases: Mapping[_K, tuple[Callable[[Any], object], Callable[[int], list[Any]]]],
+    rounds: int,
+    batch: int,
+) -> dict[_K, float]:
+    """Each case's median µs: ``rounds`` rounds (after one warm-up round, not recorded) in
+    which every case in turn makes ``batch`` arguments and times one call per argument."""
+    samples: dict[_K, list[int]] = {name: [] for name in cases}
     clock = time.perf_counter_ns
     for r in range(rounds + 1):
         gc.collect()

@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "Policy": "policy",
     "PolicyOptions": "policy",
     "ReconcileCall": "reconcile",
+    "ResultEncryption": "encryption",
     # stores
     "BaseIdempotencyStore": "stores.base",
     "InMemoryIdempotencyStore": "stores.memory",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from .context import IdempotencyContext as IdempotencyContext
     from .context import get_idempotency_context as get_idempotency_context
     from .context import idempotency_scope as idempotency_scope
+    from .encryption import ResultEncryption as ResultEncryption
     from .errors import CorruptRecordError as CorruptRecordError
     from .errors import IdempotencyError as IdempotencyError
     from .errors import InProgressError as InProgressError

@@ -210,7 +210,7 @@ class Flow:
         except (IdempotencyError, ValueError) as exc:
             # The effect happened but its result cannot be stored. Store the error instead,
             # so a retry does not repeat the effect, and tell this caller too.
-            failure = self.serializer.dumps_failure(exc)
+            failure = self.serializer.dumps_failure(exc, key=call.key)
             first = yield from self._store_failure(call, ctx, failure, done.txn)
             if first is not None:
                 return first.value
@@ -231,7 +231,7 @@ class Flow:
             yield from self._abandon(call, ctx, "cancelled")
         elif self._is_terminal(failure):
             first = yield from self._store_failure(
-                call, ctx, self.serializer.dumps_failure(failure)
+                call, ctx, self.serializer.dumps_failure(failure, key=call.key)
             )
             if first is not None:
                 return first.value

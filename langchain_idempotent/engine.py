@@ -168,7 +168,10 @@ class Engine(Flow):
         if self.policy.transactional:
             _transactional.check_store(store)
         self.serializer = serializer or ResultSerializer(
-            allowed_types=self.policy.allowed_types, max_bytes=self.policy.max_result_bytes
+            allowed_types=self.policy.allowed_types,
+            max_bytes=self.policy.max_result_bytes,
+            encryption=self.policy.encryption,
+            namespace=self.policy.namespace,
         )
         self.on_event = on_event
         self.never_terminal = tuple(never_terminal)

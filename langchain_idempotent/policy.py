@@ -24,6 +24,7 @@ from typing import Any, Literal, TypedDict, Unpack
 from ._callinfo import CallInfo, KeyFunction, Scope
 from ._durations import to_ms, to_seconds
 from ._limits import DEFAULT_MAX_RESULT_BYTES
+from .encryption import ResultEncryption
 from .reconcile import ReconcileOption, check_reconcile, reconciler_for
 from .record import ExpiredPolicy
 
@@ -171,6 +172,9 @@ class Policy:
     #: Injected parameters (and ``"context"``, the run's static context) that stay out of
     #: the key: handles, or inputs the effect does not depend on.
     key_exclude: tuple[str, ...] = field(default=(), metadata=_CODE_ONLY)
+    #: Seal every stored result and failure with AES-256-GCM, bound to its record
+    #: (docs/encryption.md). :meth:`from_env` reads it from ``IDEMPOTENCY_ENCRYPTION_KEYS``.
+    encryption: ResultEncryption | None = field(default=None, metadata=_CODE_ONLY)
 
     lease_s: float = field(init=False, repr=False)
     ttl_s: float = field(init=False, repr=False)
@@ -214,6 +218,10 @@ class Policy:
         _check_effect(self.effect)
         if self.on_fork not in ("replay", "run"):
             raise ValueError(f"on_fork must be 'replay' or 'run', got {self.on_fork!r}")
+        if self.encryption is not None and not isinstance(self.encryption, ResultEncryption):
+            raise TypeError(
+                f"encryption must be a ResultEncryption, got {type(self.encryption).__name__}"
+            )
         if self.identical_calls not in ("share", "run", "reject"):
             raise ValueError(
                 f"identical_calls must be 'share', 'run' or 'reject', got {self.identical_calls!r}"
@@ -283,7 +291,9 @@ class Policy:
     ) -> Policy:
         """A policy from ``<prefix><FIELD>`` variables (``IDEMPOTENCY_LEASE=12``,
         ``IDEMPOTENCY_ON_EXPIRED=raise``, ...), read once, now; unset fields keep their
-        defaults. ``terminal_exceptions``, ``allowed_types`` and ``reconcile`` are code-only.
+        defaults. ``terminal_exceptions``, ``allowed_types`` and ``reconcile`` are code-only;
+        ``IDEMPOTENCY_ENCRYPTION_KEYS`` gives ``encryption``
+        (:meth:`~.encryption.ResultEncryption.from_env`).
 
         Values are parsed with pydantic for the field's type (durations: seconds or an ISO
         8601 duration); a bad value is a ``ValueError`` naming the variable.
@@ -303,6 +313,10 @@ class Policy:
             except ValidationError as exc:
                 problem = exc.errors()[0]["msg"]
                 raise ValueError(f"{variable}={raw!r}: {problem}") from None
+        if f"{prefix}ENCRYPTION_KEYS" in env:  # keys: parsed by their own class, never echoed
+            values["encryption"] = ResultEncryption.from_env(
+                f"{prefix}ENCRYPTION_KEYS", environ=env
+            )
         try:
             return cls(**values)
         except ValueError as exc:
@@ -335,6 +349,7 @@ class PolicyOptions(TypedDict, total=False):
     on_fork: Literal["replay", "run"]
     key_state: tuple[str, ...] | None
     key_exclude: tuple[str, ...]
+    encryption: ResultEncryption | None
 
 
 def preset(effect: EffectClass | None, *, reconciled: bool) -> dict[str, Any]:

@@ -26,6 +26,13 @@ runs.
 
 Failures (exceptions the user marks terminal) are stored as a small map of the
 exception's type, message and string arguments, and re-raised from that on replay.
+
+With ``encryption=`` (a :class:`~.encryption.ResultEncryption`) every payload written is
+sealed whole, tag line and all, under the primary key as ``aesgcm1\n<sealed>``, bound to
+the record's key, the namespace and whether it is a result or a failure; a payload read
+must open under one of the keys (or be plaintext while ``accept_plaintext`` is on), else it
+is a :class:`CorruptRecordError` naming the key and the key id. The stores never see
+anything but bytes.
 """
 
 from __future__ import annotations
@@ -37,13 +44,18 @@ import math
 from collections.abc import Iterable
 from decimal import Decimal
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from ._codec import Codec, Refused, is_plain
 from ._limits import DEFAULT_MAX_RESULT_BYTES
+from .encryption import TAG as _SEALED
+from .encryption import Kind, sealed_key_id
 from .errors import CorruptRecordError, ResultTooLargeError, UnstorableResultError
+
+if TYPE_CHECKING:
+    from .encryption import ResultEncryption
 
 __all__ = ["DEFAULT_MAX_RESULT_BYTES", "ResultSerializer", "StoredFailure"]
 
@@ -94,16 +106,83 @@ class StoredFailure:
 
 
 class ResultSerializer:
-    """Encode results and failures for the store; decode them on replay."""
+    """Encode results and failures for the store; decode them on replay.
+
+    ``encryption`` seals every payload (see the module docstring); ``namespace`` is the
+    policy's, bound into each sealed payload with the record's key."""
 
     def __init__(
         self,
         *,
         allowed_types: Iterable[type | tuple[str, str]] = (),
         max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        encryption: ResultEncryption | None = None,
+        namespace: str = "default",
     ) -> None:
         self._codec = Codec(allowed_types)
         self.max_bytes = max_bytes
+        self.encryption = encryption
+        self.namespace = namespace
+
+    # -- sealing -----------------------------------------------------------------------
+
+    def _seal(self, payload: bytes, kind: Kind, key: str | None) -> bytes:
+        if self.encryption is None:
+            return payload
+        if key is None:
+            raise ValueError("an encrypted payload is bound to its record: pass key=")
+        data = self.encryption.seal(payload, kind=kind, key=key, namespace=self.namespace)
+        return _SEALED.encode() + b"\n" + data
+
+    def _unseal(
+        self, payload: bytes, kind: Kind, key: str | None, namespace: str | None = None
+    ) -> bytes:
+        """The plaintext payload of a stored one: opened if sealed, refused if it should
+        have been. ``namespace``: the one it must be bound to (default this serializer's)."""
+        tag, _, data = payload.partition(b"\n")
+        sealed = tag == _SEALED.encode()
+        if self.encryption is None:
+            if sealed:
+                named = sealed_key_id(data)
+                key_id = f" under key id {named[0]!r}" if named else ""
+                raise CorruptRecordError(
+                    f"the stored {kind} of key {key} is encrypted{key_id}, and no "
+                    "encryption= keys are configured here: pass encryption=ResultEncryption"
+                    "(...) (or set IDEMPOTENCY_ENCRYPTION_KEYS) on every worker that replays "
+                    "it; the tool did not run",
+                    key=key,
+                )
+            return payload
+        if not sealed:
+            if self.encryption.accept_plaintext:
+                return payload
+            raise self.encryption.plaintext_refused(kind, key)
+        ns = self.namespace if namespace is None else namespace
+        return self.encryption.open(data, kind=kind, key=key, namespace=ns)
+
+    def reseal(self, payload: bytes, *, kind: Kind, key: str) -> bytes | None:
+        """``payload`` (as stored) sealed under the primary key, or ``None`` when it already
+        is. The namespace is the one its header names (bound, so a changed one does not
+        open); a plaintext payload is sealed under this serializer's namespace.
+        :class:`CorruptRecordError` when it does not open. For ``langchain-idempotent
+        rotate``."""
+        if self.encryption is None:
+            raise ValueError("rotating needs encryption keys")
+        tag, _, data = payload.partition(b"\n")
+        namespace = self.namespace
+        if tag == _SEALED.encode():
+            named = sealed_key_id(data)
+            if named is not None:
+                if named[0] == self.encryption.primary:
+                    return None
+                namespace = named[1]
+            plain = self.encryption.open(data, kind=kind, key=key, namespace=namespace)
+        elif self.encryption.accept_plaintext:
+            plain = payload
+        else:
+            raise self.encryption.plaintext_refused(kind, key)
+        sealed = self.encryption.seal(plain, kind=kind, key=key, namespace=namespace)
+        return _SEALED.encode() + b"\n" + sealed
 
     # -- results -----------------------------------------------------------------------
 
@@ -155,7 +234,7 @@ class ResultSerializer:
             raise _refusal(
                 UnstorableResultError, f"the tool result would not replay as itself: {problem}", key
             )
-        return payload
+        return self._seal(payload, "result", key)
 
     def _dump(self, value: Any) -> tuple[str, bytes]:
         if value is None:
@@ -176,10 +255,20 @@ class ResultSerializer:
         value = self._codec.decode(data)
         return tuple(value) if tag == "tuple" else value
 
-    def loads(self, payload: bytes | None, *, key: str | None = None) -> Any:
+    def loads(
+        self,
+        payload: bytes | None,
+        *,
+        key: str | None = None,
+        kind: Kind = "result",
+        namespace: str | None = None,
+    ) -> Any:
+        """The stored value. ``namespace`` (for a sealed payload): the one to check it
+        against, default this serializer's."""
         if payload is None:
             raise CorruptRecordError("the record is completed but holds no payload", key=key)
-        tag, sep, data = bytes(payload).partition(b"\n")
+        plain = self._unseal(bytes(payload), kind, key, namespace)
+        tag, sep, data = plain.partition(b"\n")
         if not sep:
             raise CorruptRecordError("the stored payload has no type tag", key=key)
         return self._load(tag.decode("ascii", "replace"), data, key)
@@ -200,13 +289,15 @@ class ResultSerializer:
 
     # -- failures ----------------------------------------------------------------------
 
-    def dumps_failure(self, exc: BaseException) -> bytes:
+    def dumps_failure(self, exc: BaseException, *, key: str | None = None) -> bytes:
         f = StoredFailure.of(exc)
         doc = {"type": f.type, "message": f.message[:10_000], "args": f.args}
-        return b"msgpack\n" + self._codec.encode(doc)
+        return self._seal(b"msgpack\n" + self._codec.encode(doc), "failure", key)
 
-    def loads_failure(self, payload: bytes | None, *, key: str | None = None) -> StoredFailure:
-        doc = self.loads(payload, key=key)
+    def loads_failure(
+        self, payload: bytes | None, *, key: str | None = None, namespace: str | None = None
+    ) -> StoredFailure:
+        doc = self.loads(payload, key=key, kind="failure", namespace=namespace)
         if (
             not isinstance(doc, dict)
             or not isinstance(doc.get("type"), str)

@@ -4,7 +4,10 @@
 (:mod:`.policy`, the one home of the defaults) reads the policy fields, one variable per
 field (``IDEMPOTENCY_LEASE``, ``IDEMPOTENCY_TTL``, ``IDEMPOTENCY_WAIT_TIMEOUT``,
 ``IDEMPOTENCY_ON_EXPIRED``, ``IDEMPOTENCY_FAIL_OPEN``, ``IDEMPOTENCY_MAX_RESULT_BYTES``,
-``IDEMPOTENCY_RENEW_FRACTION``, ``IDEMPOTENCY_NAMESPACE``, ``IDEMPOTENCY_SCOPE``)::
+``IDEMPOTENCY_RENEW_FRACTION``, ``IDEMPOTENCY_NAMESPACE``, ``IDEMPOTENCY_SCOPE``), and
+``IDEMPOTENCY_ENCRYPTION_KEYS`` (``k2:<urlsafe base64>,k1:<...>``, the first sealing new
+records; :class:`~.encryption.ResultEncryption`, docs/encryption.md) with
+``IDEMPOTENCY_ENCRYPTION_ACCEPT_PLAINTEXT``::
 
     tools = idempotent(tools, store_from_env(), policy=Policy.from_env())
 

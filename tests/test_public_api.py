@@ -103,8 +103,9 @@ def test_every_error_is_public_and_every_public_error_derives_from_idempotency_e
         )
 
 
-def test_the_face_is_at_most_28_names_and_the_moved_ones_live_in_their_modules() -> None:
-    assert len(langchain_idempotent.__all__) <= 28
+def test_the_face_is_at_most_29_names_and_the_moved_ones_live_in_their_modules() -> None:
+    # 28 names, and ResultEncryption (records at rest, issue 30): a user passes it in code.
+    assert len(langchain_idempotent.__all__) <= 29
     for name, module in langchain_idempotent._MOVED.items():
         assert name not in langchain_idempotent.__all__ and name not in dir(langchain_idempotent)
         home = importlib.import_module(f"langchain_idempotent.{module}")

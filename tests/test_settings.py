@@ -137,6 +137,7 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "interrupt_mode",
         "key_state",
         "key_exclude",
+        "encryption",  # IDEMPOTENCY_ENCRYPTION_KEYS, parsed by ResultEncryption.from_env
     }
     assert set(option_names()) - set(env_fields()) == code_only
     environ = {f"APP_{name.upper()}": raw for name, (raw, _) in values.items()}

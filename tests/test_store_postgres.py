@@ -89,7 +89,7 @@ def test_setup_is_idempotent_and_records_the_schema_version(
     assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
 
 
-def test_setup_applies_the_migrations_above_a_tables_stored_version_and_keeps_its_rows(
+def test_setup_upgrades_a_table_of_an_older_stored_version_and_keeps_its_rows(
     store: PostgresIdempotencyStore,
     pg_url: str,
     pg_table: str,
@@ -98,52 +98,17 @@ def test_setup_applies_the_migrations_above_a_tables_stored_version_and_keeps_it
     store.setup()
     c = claim(store, "kept", "a")
     complete(store, "kept", "a", c.fence, b"old row")
-    # A later release appends the next version (here: one more index); the table stays.
-    later = pg_sql.SCHEMA_VERSION + 1
-    index = "CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated_at)"
-    monkeypatch.setattr(pg_sql, "_MIGRATIONS", (*pg_sql._MIGRATIONS, index))
-    monkeypatch.setattr(pg_sql, "SCHEMA_VERSION", later)
+    older = "UPDATE langchain_idempotent_schema SET version = 4 WHERE table_name = %s"
+    sql(pg_url, older, pg_table)
+    # A later release adds what older layouts lack (here: one more index).
+    v_next = "CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated_at)"
+    monkeypatch.setattr(pg_sql, "_UPGRADE", (*pg_sql._UPGRADE, v_next))
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
-        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup migrated it
+        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup upgraded it
         version = "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s"
-        assert sql(pg_url, version, pg_table) == [(later,)]
+        assert sql(pg_url, version, pg_table) == [(pg_sql.SCHEMA_VERSION,)]
         assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = %s", f"{pg_table}_updated")
-    finally:
-        fresh.close()
-
-
-def test_a_version_1_table_is_migrated_so_an_error_abandon_names_its_exception_type(
-    store: PostgresIdempotencyStore,
-    pg_url: str,
-    pg_table: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    with monkeypatch.context() as shipped:  # set up as the first release did: version 1
-        shipped.setattr(pg_sql, "_MIGRATIONS", pg_sql._MIGRATIONS[:1])
-        shipped.setattr(pg_sql, "SCHEMA_VERSION", 1)
-        old = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
-        try:
-            c = claim(old, "k", "a")
-            assert old.abandon(Held("k", "a", c.fence), "error", "E")
-            # Version 1's claim function does not know the reason: the takeover is still
-            # uncertain, told only that the lease ended.
-            assert claim(old, "k", "b").reason == "lease_expired"
-        finally:
-            old.close()
-    version = "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s"
-    assert sql(pg_url, version, pg_table) == [(1,)]
-    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
-    try:
-        c = claim(fresh, "k2", "a")
-        assert fresh.abandon(Held("k2", "a", c.fence), "error", "httpx.ReadTimeout")
-        taken = claim(fresh, "k2", "b")
-        assert (taken.outcome, taken.reason, taken.error_type) == (
-            ClaimOutcome.TAKEOVER,
-            "error",
-            "httpx.ReadTimeout",
-        )
-        assert sql(pg_url, version, pg_table) == [(2,)]
     finally:
         fresh.close()
 
@@ -167,7 +132,7 @@ def test_setup_restores_the_functions_of_a_table_whose_schema_row_was_lost(
             "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
             pg_table,
         )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(2,)]
+        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(5,)]
     finally:
         fresh.close()
 
@@ -349,7 +314,7 @@ def test_the_purge_and_list_statements_use_the_indexes(
 
 
 def test_every_function_documents_its_parameters_and_what_it_returns() -> None:
-    source = "\n".join(pg_sql._MIGRATIONS)
+    source = pg_sql._SCHEMA
     functions = re.findall(
         r"((?:^--[^\n]*\n)+)CREATE OR REPLACE FUNCTION \{t\}_(\w+)\((.*?)\)\s*LANGUAGE",
         source,

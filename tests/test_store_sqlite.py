@@ -211,6 +211,7 @@ def test_a_table_written_by_a_newer_schema_is_refused(db_path: Path) -> None:
     with pytest.raises(StoreUnavailableError, match="schema version 99") as err:
         SqliteIdempotencyStore(db_path).get("k")
     assert err.value.key == "k"
+    assert "newer langchain-idempotent" in str(err.value) and "Keep the table" in str(err.value)
 
 
 # -- corrupt rows ------------------------------------------------------------------------------

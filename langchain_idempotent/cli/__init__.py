@@ -3,10 +3,11 @@
 ::
 
     langchain-idempotent ls      [--namespace N] [--thread T] [--limit K] [--json] [--uncertain]
-    langchain-idempotent show    KEY [--json]
+    langchain-idempotent show    KEY [--json] [--decrypt]
     langchain-idempotent purge   --thread T [--namespace N] [--yes]
     langchain-idempotent delete  KEY [--yes]
     langchain-idempotent resolve KEY (--result JSON | --text TEXT | --free) [--force] [--yes]
+    langchain-idempotent rotate  [--namespace N] [--thread T] [--seal-plaintext] [--yes]
     langchain-idempotent doctor  [--pings N] [--strict] [--json]
     langchain-idempotent explain --tool NAME --args JSON [--thread T] [--checkpoint-ns NS] ...
 
@@ -33,7 +34,12 @@ do for the application.
   A running record whose lease has passed without a result is shown as ``running
   (expired)``: its outcome is unknown (the tool may or may not have done its effect).
 - Payloads are decoded with the library's strict serializer (no pickle, an allow-list of
-  types); one that cannot be decoded is reported, never executed.
+  types); one that cannot be decoded is reported, never executed. An encrypted payload
+  (docs/encryption.md) is shown as encrypted, with its key id, unless ``show --decrypt`` is
+  given and ``IDEMPOTENCY_ENCRYPTION_KEYS`` holds its key; ``resolve`` seals the result it
+  stores when that variable is set; ``rotate`` re-seals every completed and failed record
+  under the primary key, each with a compare-and-set that leaves a record changed
+  meanwhile alone.
 - Nothing is deleted or written without confirmation: on a terminal the command asks,
   elsewhere it needs ``--yes``.
 - ``resolve`` acts only on a record whose lease has passed without a result (or a live
@@ -107,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "purge": records.purge,
         "delete": records.delete,
         "resolve": records.resolve,
+        "rotate": records.rotate,
         "doctor": doctor.run,
     }
     out, err = sys.stdout, sys.stderr
@@ -196,6 +203,11 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", parents=[common], help="one record, payload decoded")
     show.add_argument("key")
     show.add_argument("--json", action="store_true", help="one JSON document")
+    show.add_argument(
+        "--decrypt",
+        action="store_true",
+        help="decrypt an encrypted payload with $IDEMPOTENCY_ENCRYPTION_KEYS and show it",
+    )
 
     purge = sub.add_parser("purge", parents=[common], help="delete every record of a thread")
     purge.add_argument("--thread", required=True, type=_non_empty, help="thread id")
@@ -225,6 +237,20 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to keep a stored result (default: $IDEMPOTENCY_TTL or 86400)",
     )
     resolve.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    rotate = sub.add_parser(
+        "rotate",
+        parents=[common],
+        help="re-encrypt results under the primary key of $IDEMPOTENCY_ENCRYPTION_KEYS",
+    )
+    rotate.add_argument("--namespace", help="only this namespace")
+    rotate.add_argument("--thread", help="only this thread id")
+    rotate.add_argument(
+        "--seal-plaintext",
+        action="store_true",
+        help="also encrypt records stored before encryption was turned on",
+    )
+    rotate.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     doctor = sub.add_parser(
         "doctor", parents=[common], help="check the store and what puts records at risk"

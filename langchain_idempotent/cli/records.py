@@ -1,22 +1,28 @@
-"""The record commands: ``ls``, ``show``, ``purge``, ``delete``, ``resolve``.
+"""The record commands: ``ls``, ``show``, ``purge``, ``delete``, ``resolve``, ``rotate``.
 
 Each reads records through the store's own API, times them on the store's clock
-(``store.now_ms()``), and writes only through the store's compare-and-set operations
-(``resolve``) or after confirmation (``purge``, ``delete``, ``resolve``).
+(``store.now_ms()``), and writes only through compare-and-set operations (``resolve``:
+the store's own; ``rotate``: :func:`~langchain_idempotent.stores._reseal.replace_payload`)
+or after confirmation (``purge``, ``delete``, ``resolve``, ``rotate``). An encrypted
+payload is decrypted only by ``show --decrypt``, with ``IDEMPOTENCY_ENCRYPTION_KEYS``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic_core import to_jsonable_python
 
+from ..encryption import ENV_VARIABLE, ResultEncryption, sealed_key_id
+from ..encryption import TAG as _SEALED
 from ..errors import CorruptRecordError, IdempotencyError
 from ..record import Record, State
 from ..serde import ResultSerializer
+from ..stores._reseal import replace_payload
 from ..stores.base import CompleteRequest, Held
 from ._common import Refused, again, confirm, nothing_there, redact
 
@@ -24,7 +30,7 @@ if TYPE_CHECKING:
     from ..settings import IdempotencySettings
     from ..stores.base import BaseIdempotencyStore
 
-__all__ = ["delete", "ls", "purge", "resolve", "show"]
+__all__ = ["delete", "ls", "purge", "resolve", "rotate", "show"]
 
 _MAX_SHOWN = 4000
 
@@ -137,10 +143,19 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
     rec = _existing(store, args.key, prefix_ok=True)
     now = store.now_ms()
     doc = _summary(rec, now)
-    decoded, problem = _decode(rec)
+    sealed = _sealed(rec)
+    if sealed is not None:
+        doc["encrypted"] = {"key_id": sealed[0], "namespace": sealed[1]}
+    hidden = sealed is not None and not args.decrypt
+    decoded: Any = None
+    problem: str | None = None
+    if not hidden:
+        decoded, problem = _decode(rec, decrypt=args.decrypt)
     if args.json:
         if problem is not None:
             doc["payload_error"] = problem
+        elif hidden:
+            pass
         elif rec.state is State.FAILED:
             doc["error"] = decoded
         elif rec.state is State.COMPLETED:
@@ -165,7 +180,7 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
         ("updated", f"{doc['updated_at']} ({_duration(now - rec.updated_at)} ago)"),
         ("fingerprint", rec.fingerprint),
         ("format", f"version {rec.version}"),
-        ("payload", "-" if rec.payload is None else f"{len(rec.payload)} bytes"),
+        ("payload", _payload_text(rec, sealed)),
     ]
     if "approval" in rec.meta:
         lines.append(("approval", _approval_text(rec.meta)))
@@ -182,6 +197,14 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
     if problem is not None:
         print(f"\npayload cannot be decoded (it was not executed): {problem}", file=out)
         return 1
+    if sealed is not None and hidden:
+        print(
+            f"\n{'error' if rec.state is State.FAILED else 'result'}: encrypted (key id "
+            f"{sealed[0]!r}); `{again(args, 'show', rec.key, '--decrypt')}` with "
+            "IDEMPOTENCY_ENCRYPTION_KEYS set shows it",
+            file=out,
+        )
+        return 0
     if rec.state is State.FAILED:
         print(f"\nerror (re-raised on replay): {decoded['type']}: {decoded['message']}", file=out)
     elif rec.state is State.COMPLETED:
@@ -209,11 +232,44 @@ def _existing(store: BaseIdempotencyStore, key: str, *, prefix_ok: bool = False)
     raise Refused(f"no record under key {key!r} (expired, purged, or never written)")
 
 
-def _decode(rec: Record) -> tuple[Any, str | None]:
-    """The stored result (or failure) decoded strictly, or ``(None, why it failed)``."""
+def _sealed(rec: Record) -> tuple[str, str] | None:
+    """``(key id, namespace)`` of an encrypted payload (its clear header), else ``None``."""
+    if rec.payload is None:
+        return None
+    tag, _, data = bytes(rec.payload).partition(b"\n")
+    return sealed_key_id(data) if tag == _SEALED.encode() else None
+
+
+def _payload_text(rec: Record, sealed: tuple[str, str] | None) -> str:
+    if rec.payload is None:
+        return "-"
+    if sealed is None:
+        return f"{len(rec.payload)} bytes"
+    return f"{len(rec.payload)} bytes, encrypted (key id {sealed[0]!r})"
+
+
+def _encryption(*, accept_plaintext: bool | None = None) -> ResultEncryption:
+    """The keys of ``IDEMPOTENCY_ENCRYPTION_KEYS``; a missing or bad value is refused."""
+    try:
+        return ResultEncryption.from_env(accept_plaintext=accept_plaintext)
+    except (ValueError, ImportError) as exc:
+        raise Refused(str(exc), code=2) from None
+
+
+def _serializer(rec: Record, encryption: ResultEncryption | None) -> ResultSerializer:
+    """A serializer for ``rec``: bound to the namespace its header (or meta) names."""
+    sealed = _sealed(rec)
+    namespace = sealed[1] if sealed else str(rec.meta.get("namespace") or "default")
+    return ResultSerializer(encryption=encryption, namespace=namespace)
+
+
+def _decode(rec: Record, *, decrypt: bool = False) -> tuple[Any, str | None]:
+    """The stored result (or failure) decoded strictly, or ``(None, why it failed)``;
+    ``decrypt``: with the keys of ``IDEMPOTENCY_ENCRYPTION_KEYS`` (plaintext accepted)."""
     if rec.state not in (State.COMPLETED, State.FAILED):
         return None, None
-    serializer = ResultSerializer()
+    keys = _encryption(accept_plaintext=True) if decrypt else None
+    serializer = _serializer(rec, keys)
     try:
         if rec.state is State.FAILED:
             failure = serializer.loads_failure(rec.payload, key=rec.key)
@@ -320,8 +376,8 @@ def resolve(
     settings: IdempotencySettings,
     **_: Any,
 ) -> int:
-    payload = None if args.free else _payload(args)
     rec = _existing(store, args.key, prefix_ok=True)
+    payload = None if args.free else _payload(args, rec)
     if rec.done:
         raise Refused(
             f"record {rec.key} is already {rec.state.value}: nothing to resolve (its result "
@@ -374,7 +430,9 @@ def resolve(
     return 0
 
 
-def _payload(args: argparse.Namespace) -> bytes:
+def _payload(args: argparse.Namespace, rec: Record) -> bytes:
+    """The result to store for ``rec``, sealed when ``IDEMPOTENCY_ENCRYPTION_KEYS`` is set
+    (the application then refuses a plaintext record)."""
     if args.text is not None:
         value: Any = args.text
     else:
@@ -385,7 +443,69 @@ def _payload(args: argparse.Namespace) -> bytes:
                 f"--result must be JSON ({exc}); quote a string as '\"text\"' or use --text",
                 code=2,
             ) from None
+    keys = _encryption() if os.environ.get(ENV_VARIABLE) is not None else None
     try:
-        return ResultSerializer().dumps(value)
+        return _serializer(rec, keys).dumps(value, key=rec.key)
     except (IdempotencyError, ValueError) as exc:
         raise Refused(f"cannot store that result: {exc}", code=2) from None
+
+
+# -- rotate -----------------------------------------------------------------------------
+
+
+def rotate(
+    args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
+) -> int:
+    """Re-seal every completed and failed record under the primary key (plaintext ones too
+    with ``--seal-plaintext``), each by compare-and-set: a record changed meanwhile is left
+    alone and counted. A record that does not open is reported and left as it is."""
+    keys = _encryption(accept_plaintext=args.seal_plaintext)
+    records = [
+        rec
+        for rec in store.list(namespace=args.namespace, thread_id=args.thread)
+        if rec.done and rec.payload is not None
+    ]
+    todo: list[tuple[Record, bytes]] = []
+    current = plaintext = 0
+    refused: list[str] = []
+    for rec in records:
+        sealed = _sealed(rec)
+        if sealed is None and not args.seal_plaintext:
+            plaintext += 1
+            continue
+        kind: Any = "failure" if rec.state is State.FAILED else "result"
+        try:
+            new = _serializer(rec, keys).reseal(bytes(rec.payload or b""), kind=kind, key=rec.key)
+        except CorruptRecordError as exc:
+            refused.append(f"{rec.key}: {exc}")
+            continue
+        if new is None:
+            current += 1
+        else:
+            todo.append((rec, new))
+    if todo:
+        confirm(
+            f"Re-encrypt {len(todo)} record(s) in {redact(url)} under key id "
+            f"{keys.primary!r}? Workers must already have that key in their set.",
+            yes=args.yes,
+        )
+    done = changed = 0
+    for rec, new in todo:
+        if replace_payload(store, rec.key, expected=bytes(rec.payload or b""), payload=new):
+            done += 1
+        else:
+            changed += 1
+    print(
+        f"re-encrypted {done} record(s) under key id {keys.primary!r}; {current} already "
+        f"under it; {changed} changed meanwhile (left as they are; run rotate again)",
+        file=out,
+    )
+    if plaintext:
+        print(
+            f"{plaintext} record(s) are not encrypted (written before encryption was turned "
+            "on): add --seal-plaintext to encrypt them",
+            file=out,
+        )
+    for line in refused:
+        print(f"not rotated: {line}", file=out)
+    return 1 if refused else 0

@@ -56,7 +56,8 @@ def setup_op(q: _Queries) -> Op[None]:
         yield Stmt(q.lock)
         yield Stmt(q.schema_table, fetch="none")
         row = yield Stmt(q.read_version, (q.table,))
-        for query, params in q.migrations(int(row[0]) if row else 0):
+        functions = yield Stmt(q.functions, fetch="all")
+        for query, params in q.upgrade(int(row[0]) if row else None, list(functions)):
             yield Stmt(query, params, fetch="none")
 
     return Op(steps, atomic=True)
@@ -64,14 +65,13 @@ def setup_op(q: _Queries) -> Op[None]:
 
 def drop_op(q: _Queries) -> Op[None]:
     """Drop the functions, the table and its schema row, under the advisory lock."""
-    drop_functions, drop_table, forget = q.drop
 
     def steps() -> Generator[Any, Any, None]:
         yield Stmt(q.lock)
         yield Stmt(q.schema_table, fetch="none")
-        yield Stmt(drop_functions, fetch="none")
-        yield Stmt(drop_table, fetch="none")
-        yield Stmt(forget, (q.table,), fetch="none")
+        functions = yield Stmt(q.functions, fetch="all")
+        for query, params in q.drops(list(functions)):
+            yield Stmt(query, params, fetch="none")
 
     return Op(steps, atomic=True)
 

@@ -1,14 +1,23 @@
 """The wire contract of the Postgres store: its schema, its functions, its statements, its rows.
 
-- **Schema.** :data:`_MIGRATIONS` holds one entry per *shipped* schema version, append-only
-  (like ``PostgresSaver``'s ``MIGRATIONS``); ``setup()`` applies those above the version
-  stored for the table in ``langchain_idempotent_schema`` (:meth:`_Queries.migrations`).
-  Version 1 is the table (with the side-effect mark, ``effect``), its indexes and the two
-  PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which implement the
-  decision table of :mod:`langchain_idempotent.protocol` (comments name the rows); version
-  2 re-creates ``<table>_claim`` so that an abandoned row's reason carries the error type
-  (reason ``error``). Each function is headed by
-  comments naming every parameter and what it returns, like the Redis store's Lua scripts.
+- **Schema.** :data:`_SCHEMA` is the table (with the side-effect mark, ``effect``), its
+  indexes and the two PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which
+  implement the decision table of :mod:`langchain_idempotent.protocol` (comments name the
+  rows). Each function is headed by comments naming every parameter and what it returns,
+  like the Redis store's Lua scripts. ``setup()`` does not trust the stored version
+  number alone: earlier builds stored versions 1 to 4 and edited version 1 in place
+  several times (the ``effect`` column, the takeover that keeps its mark, the single claim
+  INSERT), so a database can hold any of those layouts under the same number. Every
+  ``setup()`` compares the functions the database holds (every overload, its argument
+  names and body) with the ones below and, if anything differs or the stored version is
+  older than :data:`SCHEMA_VERSION`, converges in one transaction (:meth:`_Queries.upgrade`):
+  the table if absent, the columns earlier layouts lack (:data:`_UPGRADE`), the indexes,
+  every stale function dropped and the current ones created, the version row. So no
+  database keeps an older claim function; a current one is left untouched (no DDL, so a
+  role that does not own the functions can still call ``setup()``). A version above
+  :data:`SCHEMA_VERSION` is refused, without advice to drop anything (the table holds
+  completed records). tests/fixtures/schema_history/ holds every earlier layout, recovered
+  from the git history by running each build's own ``setup()``.
 - **Statements.** One module-level template per statement the store sends (``_CLAIM``,
   ``_RENEW``, ...), formatted once per table by :class:`_Queries`: a call of one of the
   functions, or one plain statement (renew, release, abandon, get, delete, purge, list)
@@ -41,8 +50,10 @@ from ...record import (
     parse_reason,
 )
 
-#: Version of the schema below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 2
+#: Version of the schema below; kept per table in ``langchain_idempotent_schema``. Versions
+#: 1-4 were stored by earlier builds (1 with several function bodies); 5 is the first a
+#: setup() reaches by comparing what the database holds, whatever number it stored.
+SCHEMA_VERSION = 5
 _SCHEMA_TABLE = "langchain_idempotent_schema"
 _STATES = {s.value: s for s in State}
 _EFFECTS: dict[str, EffectMark] = {e: e for e in get_args(EffectMark)}
@@ -56,17 +67,15 @@ _NOW = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 #: The owners an abandoned record can carry without an error type, as an SQL list
 #: (record.abandoned_owner); an ``error`` abandon also carries one ('!error:httpx.ReadTimeout').
 _ABANDONED_OWNERS = ", ".join(f"'{abandoned_owner(r)}'" for r in get_args(UncertainReason))
-#: The same list as version 1 of the schema was shipped with (before the reason ``error``).
-_V1_ABANDONED_OWNERS = "'!lease_expired', '!cancelled', '!lease_lost'"
 
-# -- schema: one entry per version; setup() applies those above the stored version ---------
+# -- schema: what setup() converges a table to ----------------------------------------------
 #
 # ``{t}`` is the table name; ``;;`` lines separate statements (sent one by one, so that
 # pools with ``prepare_threshold=0``, like PostgresSaver's, can run them).
 
-_V1 = """
--- Version 1, the first shipped schema: the table, its indexes, and the two functions that
--- decide (claim, complete), one call each.
+_SCHEMA = """
+-- The schema (version 5): the table, its indexes, and the two functions that decide
+-- (claim, complete), one call each.
 -- The table: one row per key. One column per Record field (payload bytea, meta jsonb,
 -- times in bigint milliseconds of the server's clock), namespace and thread_id copied out
 -- of meta for list / purge, and expires_at: a row past it is absent to every operation.
@@ -209,8 +218,10 @@ BEGIN
         RETURN;
     END IF;
     IF rec.state = 'running' THEN  -- an expired or abandoned lease: the outcome is unknown
-        reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)
-                       ELSE 'lease_expired' END;
+        -- An abandoned row's owner is '!<reason>' (or '!error:<type>', the exception of an
+        -- error after the side effect began); the reason is what follows the '!'.
+        reason := CASE WHEN rec.owner IN ({abandoned}) OR rec.owner LIKE '!error:_%'
+                       THEN substr(rec.owner, 2) ELSE 'lease_expired' END;
     END IF;
     IF rec.state = 'running' THEN
         entered := rec.effect = 'entered';
@@ -311,33 +322,13 @@ END
 $fn$
 """
 
-
-def _v2() -> str:
-    """Version 2: version 1's claim function re-created with one change, the reason of an
-    abandoned row. An ``error`` abandon's owner names the exception's type
-    (``'!error:httpx.ReadTimeout'``), and the claim passes all of it on after the ``!``
-    (``record.parse_reason`` reads it); every other answer is version 1's."""
-    (claim,) = (stmt for stmt in _V1.split("\n;;\n") if "FUNCTION {t}_claim(" in stmt)
-    v1_reason = (
-        "reason := CASE WHEN rec.owner IN ({abandoned}) THEN substr(rec.owner, 2)\n"
-        "                       ELSE 'lease_expired' END;"
-    )
-    v2_reason = (
-        "reason := CASE WHEN rec.owner IN ({abandoned}) OR rec.owner LIKE '!error:_%'\n"
-        "                       THEN substr(rec.owner, 2) ELSE 'lease_expired' END;"
-    )
-    assert claim.count(v1_reason) == 1
-    head = (
-        "-- Version 2: {t}_claim re-created; an abandoned row's reason may carry the error\n"
-        "-- type ('!error:httpx.ReadTimeout' -> 'error:httpx.ReadTimeout').\n"
-    )
-    return head + claim.strip().replace(v1_reason, v2_reason)
-
-
-_V2 = _v2()
-
-_MIGRATIONS = (_V1, _V2)
-assert len(_MIGRATIONS) == SCHEMA_VERSION
+#: Run by an upgrade after ``CREATE TABLE IF NOT EXISTS``: what earlier layouts lack (a
+#: table of versions 1-4 made before the side-effect mark has no ``effect`` column; its
+#: records read as ``unmarked``). Each statement is a no-op on a current table.
+_UPGRADE = (
+    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS effect text NOT NULL DEFAULT 'unmarked' "
+    "CHECK (effect IN ('unmarked', 'before', 'entered'))",
+)
 
 
 # -- statements: one template each, formatted per table by _Queries ---------------------------
@@ -356,7 +347,15 @@ _SCHEMA_TABLE_DDL = (
 _READ_VERSION = "SELECT version FROM {schema} WHERE table_name = %s"
 # describe: no parameters. Returns (table_name) for every table setup() made here.
 _KNOWN_TABLES = "SELECT table_name FROM {schema} ORDER BY table_name"
-# setup(), after each migration: %s table name, version. Returns nothing.
+# setup(): no parameters. Returns (signature, name, argument names, body) of every function
+# named like this table's two in the current schema, every overload (an earlier build's
+# claim function had other arguments).
+_FUNCTIONS = (
+    "SELECT p.oid::regprocedure::text, p.proname::text, p.proargnames::text[], p.prosrc "
+    "FROM pg_proc p WHERE p.proname IN ('{t}_claim', '{t}_complete') "
+    "AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
+)
+# setup(), after an upgrade: %s table name, version. Returns nothing.
 _WRITE_VERSION = (
     "INSERT INTO {schema} (table_name, version) VALUES (%s, %s) "
     "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version"
@@ -364,10 +363,10 @@ _WRITE_VERSION = (
 # setup(), first: %s a name. Returns (its description) when PostgreSQL reserves it as a word
 # that cannot name a table (``full``, ``order``, ``user``), no row otherwise.
 _RESERVED = "SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode IN ('R', 'T')"
-# drop(), in one transaction after _LOCK: remove the two functions, then the table, then its
-# row in the version table (%s: table name). Returns nothing.
+# drop(), in one transaction after _LOCK: remove the two functions (every overload, found
+# with _FUNCTIONS), then the table, then its row in the version table (%s: table name).
+# Returns nothing.
 _DROP = (
-    "DROP FUNCTION IF EXISTS {t}_claim, {t}_complete",
     "DROP TABLE IF EXISTS {t}",
     "DELETE FROM {schema} WHERE table_name = %s",
 )
@@ -509,6 +508,17 @@ class _Queries:
         self.read_version, self.write_version = f(_READ_VERSION), f(_WRITE_VERSION)
         self.known_tables = f(_KNOWN_TABLES)
         self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
+        self.functions = f(_FUNCTIONS)
+        body = _SCHEMA.format(
+            t=table, now=_NOW, version=FORMAT_VERSION, abandoned=_ABANDONED_OWNERS
+        )
+        #: The schema's statements: the table first, then its indexes and functions.
+        self._statements = [stmt.strip() for stmt in body.split("\n;;\n")]
+        self._upgrade = tuple(f(stmt) for stmt in _UPGRADE)
+        #: (name, argument names, body) of the functions the statements create.
+        self._functions = sorted(
+            _function_facts(stmt) for stmt in self._statements if "$fn$" in stmt
+        )
         self.claim, self.replay_or_claim = f(_CLAIM), f(_REPLAY_OR_CLAIM)
         self.claim_many = f(_CLAIM_MANY)
         self.complete, self.renew, self.mark_effect = f(_COMPLETE), f(_RENEW), f(_MARK_EFFECT)
@@ -518,26 +528,39 @@ class _Queries:
         self._list = f(_LIST)
         self._purge = _PURGE.replace("{where}", "{{where}}").format(t=table, now=_NOW)
 
-    def migrations(self, stored: int) -> list[tuple[str, tuple[Any, ...] | None]]:
-        """The statements (with parameters) that bring a table at ``stored`` to this
-        version, each migration followed by its version row."""
-        if stored > SCHEMA_VERSION:
+    def upgrade(
+        self, stored: int | None, functions: list[tuple[str, str, list[str] | None, str]]
+    ) -> list[tuple[str, tuple[Any, ...] | None]]:
+        """The statements (with parameters) that bring this table to :data:`SCHEMA_VERSION`
+        from the version it stored (``None``: none) and the ``functions`` it holds (rows of
+        ``_FUNCTIONS``); none when both are current. Refuses a newer version."""
+        if stored is not None and stored > SCHEMA_VERSION:
             raise StoreUnavailableError(
-                f"the table {self.table!r} was written by a newer langchain-idempotent "
-                f"(schema version {stored}, this one knows {SCHEMA_VERSION}); upgrade (a "
-                "table set up by a pre-release build at version 3: drop() it)"
+                f"the table {self.table!r} was set up by a newer langchain-idempotent (schema "
+                f"version {stored}; this one knows versions up to {SCHEMA_VERSION}). Upgrade "
+                "langchain-idempotent on this worker to the version the other workers run. "
+                "Keep the table: it holds completed records, and deleting them would run "
+                "their calls again"
             )
-        out: list[tuple[str, tuple[Any, ...] | None]] = []
-        for version in range(stored + 1, SCHEMA_VERSION + 1):
-            body = _MIGRATIONS[version - 1].format(
-                t=self.table,
-                now=_NOW,
-                version=FORMAT_VERSION,
-                abandoned=_V1_ABANDONED_OWNERS if version == 1 else _ABANDONED_OWNERS,
-            )
-            out += [(stmt.strip(), None) for stmt in body.split("\n;;\n")]
-            out.append((self.write_version, (self.table, version)))
+        held = sorted((name, args or [], body) for _, name, args, body in functions)
+        if stored == SCHEMA_VERSION and held == self._functions:
+            return []
+        out: list[tuple[str, tuple[Any, ...] | None]] = [(self._statements[0], None)]
+        out += [(stmt, None) for stmt in self._upgrade]
+        out += [(f"DROP FUNCTION {signature}", None) for signature, *_ in functions]
+        out += [(stmt, None) for stmt in self._statements[1:]]
+        out.append((self.write_version, (self.table, SCHEMA_VERSION)))
         return out
+
+    def drops(
+        self, functions: list[tuple[str, str, list[str] | None, str]]
+    ) -> list[tuple[str, tuple[Any, ...] | None]]:
+        """drop(): every function of this table (each overload), the table, its version row."""
+        drop_table, forget = self.drop
+        out: list[tuple[str, tuple[Any, ...] | None]] = [
+            (f"DROP FUNCTION {signature}", None) for signature, *_ in functions
+        ]
+        return [*out, (drop_table, None), (forget, (self.table,))]
 
     def listing(
         self, namespace: str | None, thread_id: str | None, limit: int | None
@@ -561,6 +584,17 @@ class _Queries:
             where += " AND namespace = %s"
             params.append(namespace)
         return self._purge.format(where=where), tuple(params)
+
+
+def _function_facts(statement: str) -> tuple[str, list[str], str]:
+    """(name, argument names, body) of one ``CREATE OR REPLACE FUNCTION`` statement, as
+    ``pg_proc`` keeps them (``proname``, ``proargnames``, ``prosrc``)."""
+    head, body, _ = statement.split("$fn$")
+    signature = head.split("CREATE OR REPLACE FUNCTION", 1)[1]
+    name, _, params = signature.partition("(")
+    params = params.rsplit(")", 1)[0]
+    names = [p.split()[1] if p.split()[0] == "OUT" else p.split()[0] for p in params.split(",")]
+    return name.strip(), names, body
 
 
 # -- rows to answers ---------------------------------------------------------------------------

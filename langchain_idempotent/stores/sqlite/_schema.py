@@ -2,7 +2,9 @@
 
 - :func:`ensure_schema` creates the table and its indexes (``CREATE ... IF NOT EXISTS``),
   keeps the schema version per table in ``langchain_idempotent_schema``, migrates a
-  version-1 table in place and refuses a table written by a newer schema.
+  version-1 table in place and refuses a table written by a newer schema. Nothing else
+  lives in the database: every decision is Python (this package's), so no older code can
+  stay behind in a file. tests/fixtures/schema_history/sqlite/ holds every earlier layout.
 - :func:`write_row` writes a record with its expiry (``INSERT OR REPLACE``);
   :func:`live` reads one back, an expired row being absent; :func:`decode` raises
   :class:`~langchain_idempotent.errors.CorruptRecordError` naming what is wrong rather than
@@ -67,12 +69,7 @@ def ensure_schema(db: sqlite3.Connection, path: str, table: str, key: str | None
             db.execute(f"UPDATE {_SCHEMA_TABLE} SET version = ? WHERE name = ?", (2, t))
             row = (2,)
         if row is not None and row[0] != SCHEMA_VERSION:
-            raise StoreUnavailableError(
-                f"table {t} in {path} has schema version {row[0]!r}; this "
-                f"langchain-idempotent reads version {SCHEMA_VERSION}. Upgrade the library "
-                "or use another table.",
-                key=key,
-            )
+            raise StoreUnavailableError(_refusal(t, path, row[0]), key=key)
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {t} ("
             "key TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL, owner TEXT NOT NULL, "
@@ -95,6 +92,23 @@ def ensure_schema(db: sqlite3.Connection, path: str, table: str, key: str | None
     except BaseException:
         rollback(db)
         raise
+
+
+def _refusal(table: str, path: str, stored: object) -> str:
+    """Why a table of another schema version is refused, and what to do (never: delete it)."""
+    if isinstance(stored, int) and stored > SCHEMA_VERSION:
+        return (
+            f"table {table} in {path} was set up by a newer langchain-idempotent (schema "
+            f"version {stored}; this one knows versions up to {SCHEMA_VERSION}). Upgrade "
+            "langchain-idempotent on this worker to the version the other workers run. Keep "
+            "the table: it holds completed records, and deleting them (or pointing this "
+            "worker at another table) would run their calls again"
+        )
+    return (
+        f"table {table} in {path} has schema version {stored!r}, which no "
+        f"langchain-idempotent wrote; set its row in {_SCHEMA_TABLE} back to the version "
+        f"its layout has ({SCHEMA_VERSION} for a table with an effect column)"
+    )
 
 
 def rollback(db: sqlite3.Connection) -> None:

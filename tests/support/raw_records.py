@@ -1,0 +1,63 @@
+"""Read and write a record's stored payload behind a store's back, the way each store
+keeps it: memory's dict, SQLite's and PostgreSQL's ``payload`` column, Redis's ``payload``
+hash field. For tests that plant or tamper with records."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from typing import Any
+
+from langchain_idempotent.stores.base import BaseIdempotencyStore
+
+__all__ = ["get_payload", "set_payload"]
+
+
+def get_payload(store: BaseIdempotencyStore, key: str) -> bytes:
+    kind = type(store).__name__
+    if kind == "InMemoryIdempotencyStore":
+        rec, _ = store._records[key]  # type: ignore[attr-defined]
+        assert rec.payload is not None
+        return bytes(rec.payload)
+    if kind == "SqliteIdempotencyStore":
+        with sqlite3.connect(store.path) as db:  # type: ignore[attr-defined]
+            row = db.execute(
+                f"SELECT payload FROM {store.table} WHERE key = ?",  # type: ignore[attr-defined]
+                (key,),
+            ).fetchone()
+        return bytes(row[0])
+    if kind == "RedisIdempotencyStore":
+        client: Any = store._sync()  # type: ignore[attr-defined]
+        return bytes(client.hget(store._rkey(key), "payload"))  # type: ignore[attr-defined]
+    if kind == "PostgresIdempotencyStore":
+        return bytes(_pg(store, f"SELECT payload FROM {store._table} WHERE key = %s", key)[0])  # type: ignore[attr-defined]
+    raise TypeError(kind)
+
+
+def set_payload(store: BaseIdempotencyStore, key: str, payload: bytes) -> None:
+    kind = type(store).__name__
+    if kind == "InMemoryIdempotencyStore":
+        records = store._records  # type: ignore[attr-defined]
+        rec, expires = records[key]
+        records[key] = (dataclasses.replace(rec, payload=payload), expires)
+    elif kind == "SqliteIdempotencyStore":
+        with sqlite3.connect(store.path) as db:  # type: ignore[attr-defined]
+            db.execute(
+                f"UPDATE {store.table} SET payload = ? WHERE key = ?",  # type: ignore[attr-defined]
+                (payload, key),
+            )
+    elif kind == "RedisIdempotencyStore":
+        client: Any = store._sync()  # type: ignore[attr-defined]
+        client.hset(store._rkey(key), "payload", payload)  # type: ignore[attr-defined]
+    elif kind == "PostgresIdempotencyStore":
+        table = store._table  # type: ignore[attr-defined]
+        _pg(store, f"UPDATE {table} SET payload = %s WHERE key = %s RETURNING key", payload, key)
+    else:
+        raise TypeError(kind)
+
+
+def _pg(store: BaseIdempotencyStore, sql: str, *params: Any) -> Any:
+    import psycopg
+
+    with psycopg.connect(store._conninfo, autocommit=True) as conn:  # type: ignore[attr-defined]
+        return conn.execute(sql, params).fetchone()
