@@ -94,7 +94,23 @@ def _functions(url: str, table: str) -> list[tuple[object, ...]]:
 
 def test_the_history_holds_every_postgres_layout_and_todays_is_the_last() -> None:
     versions = [re.search(r"-v(\d+)\.sql$", n).group(1) for n in PG_LAYOUTS]  # type: ignore[union-attr]
-    assert versions == ["2", "2", "3", "4", "3", "1", "1", "1", "1", "1", "5"], PG_LAYOUTS
+    assert versions == [
+        "2",
+        "2",
+        "3",
+        "4",
+        "3",
+        "1",
+        "1",
+        "1",
+        "1",
+        "1",
+        "2",
+        "5",
+        "1",
+        "2",
+        "5",
+    ], PG_LAYOUTS
     current = (HISTORY / "postgres" / PG_CURRENT).read_text()
     for statement in pg_sql._SCHEMA.split("\n;;\n"):
         if "CREATE OR REPLACE FUNCTION" in statement:
