@@ -70,6 +70,7 @@ MOVES: dict[str, str] = {
     "context": "core.context",
     "policy": "core.policy",
     "reconcile": "core.reconcile",
+    "encryption": "core.encryption",
     # adapters: LangChain / LangGraph, with their private touches (adapters/_compat.py)
     "tool": "adapters.tool",
     "middleware": "adapters.middleware",
