@@ -1,5 +1,11 @@
 """Idempotent LangChain / LangGraph tool calls.
 
+Layout (``docs/development.md`` has the module map): ``core/`` the record protocol and
+the engine, ``adapters/`` LangChain and LangGraph, ``integrations/`` MCP, remote agents
+and OpenTelemetry, ``stores/`` the backends, ``cli/`` the operator's commands,
+``testing/`` the store contract. The other modules at the root are the public paths of
+moved modules (``langchain_idempotent.tool`` is ``adapters/tool.py``).
+
 Wrap a tool with :func:`idempotent` and every call made inside a graph runs at most once
 per idempotency key (thread, graph path, node, tool and canonical arguments) while leases
 are honoured; retries, resumed threads and concurrent workers replay the stored result.
@@ -21,18 +27,18 @@ from ._lazy import exports
 #: ``TYPE_CHECKING`` imports below repeat it for type checkers (a test keeps them equal).
 _EXPORTS: dict[str, str] = {
     # the wrapper, the middleware and what a tool sees
-    "idempotent": "tool",
-    "IdempotentTool": "tool",
-    "IdempotencyMiddleware": "middleware",
-    "get_idempotency_context": "context",
-    "idempotency_scope": "context",
-    "IdempotencyContext": "context",
-    "Policy": "policy",
-    "PolicyOptions": "policy",
-    "ReconcileCall": "reconcile",
-    "ResultEncryption": "encryption",
+    "idempotent": "adapters.tool",
+    "IdempotentTool": "adapters.tool",
+    "IdempotencyMiddleware": "adapters.middleware",
+    "get_idempotency_context": "core.context",
+    "idempotency_scope": "core.context",
+    "IdempotencyContext": "core.context",
+    "Policy": "core.policy",
+    "PolicyOptions": "core.policy",
+    "ReconcileCall": "core.reconcile",
+    "ResultEncryption": "core.encryption",
     # stores
-    "BaseIdempotencyStore": "stores.base",
+    "BaseIdempotencyStore": "core.store",
     "InMemoryIdempotencyStore": "stores.memory",
     "SqliteIdempotencyStore": "stores.sqlite",
     "RedisIdempotencyStore": "stores.redis",
@@ -51,8 +57,8 @@ _EXPORTS: dict[str, str] = {
     "CorruptRecordError": "errors",
     # deployment, and what hooks are handed
     "store_from_env": "settings",
-    "CallInfo": "_callinfo",
-    "IdempotencyEvent": "events",
+    "CallInfo": "core._callinfo",
+    "IdempotencyEvent": "core.events",
 }
 
 __all__ = list(_EXPORTS)
@@ -63,9 +69,9 @@ __all__ = list(_EXPORTS)
 #: not part of the face (not in ``__all__`` or ``dir()``), but still resolve here, so code
 #: written against the earlier, 34-name face keeps working.
 _MOVED: dict[str, str] = {
-    "Engine": "engine",
-    "EventCounter": "events",
-    "EVENT_KINDS": "events",
+    "Engine": "core.engine",
+    "EventCounter": "core.events",
+    "EVENT_KINDS": "core.events",
     "IdempotencySettings": "settings",
     "store_from_url": "settings",
     "parse_store_url": "stores._url",
@@ -77,11 +83,19 @@ __getattr__, __dir__ = exports(__name__, _EXPORTS, _MOVED)
 
 
 if TYPE_CHECKING:
-    from ._callinfo import CallInfo as CallInfo
-    from .context import IdempotencyContext as IdempotencyContext
-    from .context import get_idempotency_context as get_idempotency_context
-    from .context import idempotency_scope as idempotency_scope
-    from .encryption import ResultEncryption as ResultEncryption
+    from .adapters.middleware import IdempotencyMiddleware as IdempotencyMiddleware
+    from .adapters.tool import IdempotentTool as IdempotentTool
+    from .adapters.tool import idempotent as idempotent
+    from .core._callinfo import CallInfo as CallInfo
+    from .core.context import IdempotencyContext as IdempotencyContext
+    from .core.context import get_idempotency_context as get_idempotency_context
+    from .core.context import idempotency_scope as idempotency_scope
+    from .core.encryption import ResultEncryption as ResultEncryption
+    from .core.events import IdempotencyEvent as IdempotencyEvent
+    from .core.policy import Policy as Policy
+    from .core.policy import PolicyOptions as PolicyOptions
+    from .core.reconcile import ReconcileCall as ReconcileCall
+    from .core.store import BaseIdempotencyStore as BaseIdempotencyStore
     from .errors import CorruptRecordError as CorruptRecordError
     from .errors import IdempotencyError as IdempotencyError
     from .errors import InProgressError as InProgressError
@@ -93,18 +107,10 @@ if TYPE_CHECKING:
     from .errors import ResultTooLargeError as ResultTooLargeError
     from .errors import StoreUnavailableError as StoreUnavailableError
     from .errors import UnstorableResultError as UnstorableResultError
-    from .events import IdempotencyEvent as IdempotencyEvent
-    from .middleware import IdempotencyMiddleware as IdempotencyMiddleware
-    from .policy import Policy as Policy
-    from .policy import PolicyOptions as PolicyOptions
-    from .reconcile import ReconcileCall as ReconcileCall
     from .settings import store_from_env as store_from_env
-    from .stores.base import BaseIdempotencyStore as BaseIdempotencyStore
     from .stores.memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .stores.postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,
     )
     from .stores.redis import RedisIdempotencyStore as RedisIdempotencyStore
     from .stores.sqlite import SqliteIdempotencyStore as SqliteIdempotencyStore
-    from .tool import IdempotentTool as IdempotentTool
-    from .tool import idempotent as idempotent

@@ -34,9 +34,9 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .policy import Policy
+from .core.policy import Policy
+from .core.store import BaseIdempotencyStore
 from .stores._url import parse_store_url
-from .stores.base import BaseIdempotencyStore
 
 __all__ = ["IdempotencySettings", "store_from_env", "store_from_url"]
 

@@ -26,11 +26,11 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_idempotent import (
     IdempotencyMiddleware,
     InMemoryIdempotencyStore,
-    _siblings,
     get_idempotency_context,
     idempotent,
 )
-from langchain_idempotent._call import PendingCall
+from langchain_idempotent.adapters import _siblings
+from langchain_idempotent.adapters._call import PendingCall
 from langchain_idempotent.engine import Engine
 from langchain_idempotent.errors import OutcomeUnknownError
 from langchain_idempotent.policy import Policy

@@ -1,6 +1,6 @@
 """Each private LangChain / LangGraph API that ``_compat.py`` relies on still exists and
 behaves as relied on (and those of its siblings beside their one user: LangGraph's msgpack
-serde in ``_codec_compat.py``, psycopg_pool in ``stores/postgres/_compat.py``). A failure
+serde in ``core/_compat.py``, psycopg_pool in ``stores/postgres/_compat.py``). A failure
 names the API that moved: fix that ``_compat`` module (and nothing else: no other module
 touches these)."""
 
@@ -21,7 +21,8 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 import langchain_idempotent
-from langchain_idempotent import MissingScopeError, _compat
+from langchain_idempotent import MissingScopeError
+from langchain_idempotent.adapters import _compat
 
 
 def moved(api: str) -> str:
@@ -385,7 +386,7 @@ def test_langgraphs_msgpack_helpers_that_result_storage_uses_still_exist() -> No
     from langgraph.checkpoint.serde import jsonplus
     from langgraph.types import Send
 
-    from langchain_idempotent import _codec_compat
+    from langchain_idempotent.core import _compat as _codec_compat
 
     safe = _codec_compat.safe_msgpack_types()
     assert ("langchain_core.messages.tool", "ToolMessage") in safe, moved("SAFE_MSGPACK_TYPES")

@@ -32,8 +32,8 @@ from langchain_idempotent import (
     idempotency_scope,
     idempotent,
 )
+from langchain_idempotent.integrations.mcp._compat import MCP_MAJOR, MCPError
 from langchain_idempotent.mcp import CAPABILITY, EXTENSION, META_PREFIX, with_idempotency_key
-from langchain_idempotent.mcp._compat import MCP_MAJOR, MCPError
 from tests.support.mcp_bank import Bank, bank, retried
 
 KEY = META_PREFIX + "key"

@@ -216,7 +216,7 @@ async def test_params_is_refused_when_the_server_does_not_advertise_it(
     assert bank.rows.count("params") == 0
 
 
-# -- the private MCP attributes langchain_idempotent/mcp/_compat.py reads -----------------
+# -- the private MCP attributes langchain_idempotent/integrations/mcp/_compat.py reads -------------
 
 
 @pytest.mark.parametrize("package", ["fastmcp", "mcp.server.fastmcp"])
@@ -225,7 +225,7 @@ def test_both_fastmcps_keep_their_low_level_server_where_the_shim_installs(packa
 
     from mcp.server.lowlevel import Server
 
-    from langchain_idempotent.mcp._compat import lowlevel_server
+    from langchain_idempotent.integrations.mcp._compat import lowlevel_server
 
     server = importlib.import_module(package).FastMCP("compat")
     lowlevel = lowlevel_server(server)
@@ -241,7 +241,7 @@ def test_a_server_session_keeps_the_options_it_was_opened_with() -> None:
     from mcp.server.models import InitializationOptions
     from mcp.server.session import ServerSession
 
-    from langchain_idempotent.mcp._compat import init_options
+    from langchain_idempotent.integrations.mcp._compat import init_options
 
     options = InitializationOptions(
         server_name="compat", server_version="0", capabilities=types.ServerCapabilities()

@@ -333,6 +333,6 @@ def test_importing_the_middleware_without_langchain_names_the_extra(
     for name in [m for m in sys.modules if m == "langchain" or m.startswith("langchain.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "langchain", None)  # what `import` sees when absent
-    monkeypatch.delitem(sys.modules, "langchain_idempotent.middleware", raising=False)
+    monkeypatch.delitem(sys.modules, "langchain_idempotent.adapters.middleware", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'langchain-idempotent\[agents\]'"):
-        importlib.import_module("langchain_idempotent.middleware")
+        importlib.import_module("langchain_idempotent.adapters.middleware")

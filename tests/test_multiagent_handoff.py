@@ -16,7 +16,7 @@ from langgraph_supervisor.handoff import create_handoff_tool as supervisor_hando
 from langgraph_swarm import create_handoff_tool, create_swarm
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
-from langchain_idempotent._handoff import is_handoff
+from langchain_idempotent.adapters._handoff import is_handoff
 from tests.support.agents import Ledger, ReplyModel, last_is, refund_tool, swarm_agents, tool_call
 from tests.support.graphs import assert_every_call_answered, thread
 

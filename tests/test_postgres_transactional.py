@@ -199,7 +199,7 @@ def test_transactional_mode_is_refused_on_a_store_without_transactions() -> None
 def test_only_a_store_that_opens_transactions_is_a_transactional_store(
     pg_url: str, pg_table: str
 ) -> None:
-    from langchain_idempotent._transactional import TransactionalStore, check_store
+    from langchain_idempotent.core._transactional import TransactionalStore, check_store
     from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
 
     store = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)

@@ -381,7 +381,7 @@ def test_an_unsafe_tool_with_a_boundary_is_uncertain_only_after_entering_it() ->
 def test_an_interrupt_in_an_irreversible_tool_without_a_boundary_still_releases() -> None:
     from langgraph.errors import GraphInterrupt
 
-    from langchain_idempotent._compat import NEVER_TERMINAL
+    from langchain_idempotent.adapters._compat import NEVER_TERMINAL
 
     w = World()
     policy = Policy(lease=LEASE_S, effect="irreversible").for_tool("refund")

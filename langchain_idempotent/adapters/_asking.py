@@ -60,13 +60,13 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 
+from ..core.record import ClaimOutcome, Record
+from ..core.store import ClaimRequest, CompleteRequest
+from ..errors import IdempotencyError
 from ._compat import interrupt_counter, task_scratchpad
-from .errors import IdempotencyError
-from .record import ClaimOutcome, Record
-from .stores.base import ClaimRequest, CompleteRequest
 
 if TYPE_CHECKING:
-    from .stores.base import BaseIdempotencyStore
+    from ..core.store import BaseIdempotencyStore
 
 __all__ = [
     "Free",

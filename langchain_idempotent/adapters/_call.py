@@ -23,7 +23,12 @@ from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_eve
 from langchain_core.messages import ToolMessage
 from pydantic import ValidationError
 
-from . import _batch, _siblings
+from ..core.engine import Claimed, Engine, Unmemoized
+from ..core.events import SURFACED_KINDS, EventHook, IdempotencyEvent
+from ..core.policy import Policy, PolicyOptions
+from ..core.store import BaseIdempotencyStore
+from ..errors import MissingScopeError
+from . import _identical, _siblings
 from ._compat import (
     NEVER_TERMINAL,
     NO_INJECTIONS,
@@ -34,9 +39,6 @@ from ._compat import (
 )
 from ._replay import mark_answer, restamp
 from ._siblings import Sibling, StepCalls
-from .engine import Claimed, Engine, Unmemoized
-from .errors import MissingScopeError
-from .events import SURFACED_KINDS, EventHook, IdempotencyEvent
 from .keys import (
     CallInfo,
     DerivedKey,
@@ -47,8 +49,6 @@ from .keys import (
     check_key_state,
     derive_key,
 )
-from .policy import Policy, PolicyOptions
-from .stores.base import BaseIdempotencyStore
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -129,7 +129,7 @@ class PendingCall:
         whose inputs enter the key (:func:`~langchain_idempotent.keys.key_inputs`; the
         graph ``state`` they are read from, when the arguments do not carry them). A
         missing scope, a whole-state tool with no ``key_state`` and an injected input with
-        no canonical form are raised loud (:func:`~langchain_idempotent._compat.loud`):
+        no canonical form are raised loud (:func:`~langchain_idempotent.adapters._compat.loud`):
         programming errors that no tool-error handling may hand to the model."""
         params = params or NO_INJECTIONS
         try:
@@ -163,12 +163,12 @@ class PendingCall:
             raise loud(exc) from None
         k = 0
         if policy.identical_calls != "share" and tool_call_id is not None:
-            k = _batch.position(graph_state_messages(config), tool_call_id, tool, args)
+            k = _identical.position(graph_state_messages(config), tool_call_id, tool, args)
             if k and policy.identical_calls == "run":
-                derived = _batch.separate(derived, f"identical:{k}")
+                derived = _identical.separate(derived, f"identical:{k}")
         branch = forked_from(config) if policy.on_fork == "run" else None
         if branch is not None:  # a time-travel branch: its calls are new effects
-            derived = _batch.separate(derived, f"fork:{branch}")
+            derived = _identical.separate(derived, f"fork:{branch}")
         pending = cls(
             derived, tool, tool_input, tool_call_id, info=info, schema=schema, params=params
         )
@@ -243,7 +243,7 @@ class PendingCall:
         :mod:`._replay`) and returned as the current call's. ``step``: the other calls of
         its model message, claimed with it (:mod:`._siblings`)."""
         if self.duplicate and engine.policy.identical_calls == "reject":
-            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
+            return _identical.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
 
         def marked() -> Any:
@@ -271,7 +271,7 @@ class PendingCall:
     ) -> Any:
         """The async twin of :meth:`run`."""
         if self.duplicate and engine.policy.identical_calls == "reject":
-            return _batch.rejection(self.tool, self.tool_call_id, self.duplicate)
+            return _identical.rejection(self.tool, self.tool_call_id, self.duplicate)
         call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
 
         async def marked() -> Any:

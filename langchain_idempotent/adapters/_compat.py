@@ -1,8 +1,8 @@
 """Every touch of a private (or relied-on internal) LangChain / LangGraph API that the
 adapters make, in one place. The other third parties' touches stand beside their one
-user: LangGraph's msgpack serde in :mod:`._codec_compat` (under the engine, which must
+user: LangGraph's msgpack serde in :mod:`..core._compat` (under the engine, which must
 not load this module: it imports ``langchain_core.tools``), psycopg_pool in
-:mod:`.stores.postgres._compat`, MCP in :mod:`.mcp._compat`.
+:mod:`..stores.postgres._compat`, MCP in :mod:`..integrations.mcp._compat`.
 
 Supported ranges (the ones ``pyproject.toml`` allows and CI tests): ``langchain-core``
 >=1.0,<2, ``langgraph`` >=1.0,<2 (with ``langgraph-prebuilt`` 1.x), and for the
@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langgraph.errors import GraphBubbleUp
 
-from .errors import InvalidArgumentsError, MissingScopeError
+from ..errors import InvalidArgumentsError, MissingScopeError
 
 if TYPE_CHECKING:
     from langchain_core.callbacks import (

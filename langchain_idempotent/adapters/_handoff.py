@@ -28,9 +28,9 @@ import logging
 import typing
 from typing import Any, Literal
 
+from ..core.engine import Unmemoized
 from ._compat import reads_graph_state
 from ._replay import ANSWER, messages_of
-from .engine import Unmemoized
 
 __all__ = ["Handoff", "check_handoff", "is_handoff", "stored_handoff"]
 

@@ -51,11 +51,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import Claimed, Engine
-from .errors import IdempotencyError
-from .heartbeat import schedule_renewal
-from .record import Claim, ClaimOutcome, uncertain_kwargs
-from .stores.base import BaseIdempotencyStore, ClaimRequest, Held
+from ..core.engine import Claimed, Engine
+from ..core.heartbeat import schedule_renewal
+from ..core.record import Claim, ClaimOutcome, uncertain_kwargs
+from ..core.store import BaseIdempotencyStore, ClaimRequest, Held
+from ..errors import IdempotencyError
 
 __all__ = ["Sibling", "StepCalls", "atake", "step_calls", "take"]
 
@@ -111,7 +111,7 @@ _Ident = tuple[int, str | None, tuple[str, ...]]
 _Entry = tuple[ClaimRequest, Claim]
 
 
-class _Step:
+class _Batch:
     """One step's batch: filled once by its leader, emptied by its siblings."""
 
     __slots__ = ("claims", "deadline", "failed", "future", "ready", "store", "timer")
@@ -169,9 +169,9 @@ class _Step:
 
     def _forget(self) -> None:
         with _lock:
-            for ident, step in list(_steps.items()):
+            for ident, step in list(_batches.items()):
                 if step is self:
-                    del _steps[ident]
+                    del _batches[ident]
 
     def _expire(self) -> bool:
         """The pickup window is over: give back what nobody came for (scheduler thread)."""
@@ -201,10 +201,10 @@ def _give_back(store: BaseIdempotencyStore, request: ClaimRequest, claim: Claim)
 
 
 _lock = threading.Lock()
-_steps: dict[_Ident, _Step] = {}
+_batches: dict[_Ident, _Batch] = {}
 
 
-def _join(me: Sibling, step: StepCalls) -> tuple[_Step, bool] | None:
+def _join(me: Sibling, step: StepCalls) -> tuple[_Batch, bool] | None:
     """This call's step batch, and whether this call leads it (makes the claim)."""
     if me.engine.policy.approval or me.call_id is None or me.request is None:
         return None
@@ -212,12 +212,12 @@ def _join(me: Sibling, step: StepCalls) -> tuple[_Step, bool] | None:
     ident: _Ident = (id(store), me.thread_id, step.ids)
     with _lock:
         now = time.monotonic()
-        for old in [i for i, s in _steps.items() if s.deadline <= now]:
-            del _steps[old]  # failed steps whose window passed
-        batch = _steps.get(ident)
+        for old in [i for i, s in _batches.items() if s.deadline <= now]:
+            del _batches[old]  # failed steps whose window passed
+        batch = _batches.get(ident)
         if batch is not None and batch.store is store:
             return batch, False
-        batch = _steps[ident] = _Step(store)
+        batch = _batches[ident] = _Batch(store)
     return batch, True
 
 
@@ -249,7 +249,7 @@ def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
     return requests, window
 
 
-def _plan(me: Sibling, step: StepCalls, batch: _Step) -> tuple[list[ClaimRequest], float] | None:
+def _plan(me: Sibling, step: StepCalls, batch: _Batch) -> tuple[list[ClaimRequest], float] | None:
     """The leader's claims and pickup window, or ``None`` (the batch failed: fewer than two
     calls to claim, or a sibling's key could not be derived — that sibling will say why)."""
     try:
@@ -263,7 +263,7 @@ def _plan(me: Sibling, step: StepCalls, batch: _Step) -> tuple[list[ClaimRequest
     return requests, window
 
 
-def _failed(me: Sibling, batch: _Step, exc: BaseException) -> None:
+def _failed(me: Sibling, batch: _Batch, exc: BaseException) -> None:
     """The batch claim raised: every sibling claims on its own, and meets a store error in
     the engine's flow (``fail_open`` and all). A cancellation is raised on."""
     batch.fail(_window(me.engine))
@@ -272,7 +272,7 @@ def _failed(me: Sibling, batch: _Step, exc: BaseException) -> None:
     log.debug("batch: claim_many failed (%s); each call claims on its own", exc)
 
 
-def _handed(batch: _Step, mine: ClaimRequest) -> tuple[Claimed | None, _Entry | None]:
+def _handed(batch: _Batch, mine: ClaimRequest) -> tuple[Claimed | None, _Entry | None]:
     """This call's claim from the batch, if it was made with a request equal to ``mine``
     (owner token aside); else ``None`` and the claim to give back (made under another
     policy: the call claims on its own, under its own)."""

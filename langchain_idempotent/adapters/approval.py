@@ -68,6 +68,8 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from ..core.policy import InterruptMode, Policy, needs_approval
+from ..core.record import Record
 from ._asking import (
     NotInGraphError,
     Op,
@@ -80,14 +82,12 @@ from ._asking import (
     write_once,
 )
 from .keys import visible_arguments
-from .policy import InterruptMode, Policy, needs_approval
-from .record import Record
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from ..core.engine import Engine
     from ._call import PendingCall
-    from .engine import Engine
 
 __all__ = [
     "Decision",

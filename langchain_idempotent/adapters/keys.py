@@ -69,10 +69,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ._callinfo import CallInfo, KeyFunction, Scope
-from .canonical import CANONICAL_VERSION, canonical_json, json_arguments
-from .context import current_scope
-from .errors import InvalidArgumentsError, MissingScopeError
+from ..core._callinfo import CallInfo, KeyFunction, Scope
+from ..core.canonical import CANONICAL_VERSION, canonical_json, json_arguments
+from ..core.context import current_scope
+from ..errors import InvalidArgumentsError, MissingScopeError
 
 #: ``(namespace, custom key)`` → the agent name that first used it, to warn when a key
 #: function merges two agents (bounded; per process).

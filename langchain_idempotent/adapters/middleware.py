@@ -34,14 +34,16 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from ..core.context import passthrough
+from ..core.engine import Engine
+from ..core.events import EventHook
+from ..core.policy import Policy, PolicyOptions
+from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
-from .context import passthrough
-from .engine import Engine
-from .events import EventHook
 from .keys import (
     TURN_CONFIG_KEY,
     check_key_state,
@@ -50,8 +52,6 @@ from .keys import (
     turn_from_messages,
     watch_calling_tools,
 )
-from .policy import Policy, PolicyOptions
-from .stores.base import BaseIdempotencyStore
 
 __all__ = ["IdempotencyMiddleware"]
 

@@ -40,6 +40,11 @@ from pydantic import (
     model_serializer,
 )
 
+from ..core.context import passthrough
+from ..core.engine import Engine
+from ..core.events import EventHook
+from ..core.policy import Policy, PolicyOptions
+from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import (
     DirectCall,
@@ -53,9 +58,6 @@ from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
-from .context import passthrough
-from .engine import Engine
-from .events import EventHook
 from .keys import (
     by_field_name,
     check_key_state,
@@ -63,8 +65,6 @@ from .keys import (
     model_schema,
     watch_calling_tools,
 )
-from .policy import Policy, PolicyOptions
-from .stores.base import BaseIdempotencyStore
 
 __all__ = ["IdempotentTool", "idempotent"]
 
@@ -525,7 +525,7 @@ def idempotent(
     A tool that reads the graph state and returns a ``Command`` (a handoff; deepagents'
     ``task``) is refused unless ``handoff="rerun"`` (run it on every call, no record) or
     ``handoff="replay"`` (memoize a Command that carries only its own answer) says what
-    its replay means (see :mod:`langchain_idempotent._handoff`).
+    its replay means (see :mod:`langchain_idempotent.adapters._handoff`).
     """
     engine = build_engine(
         store, policy=policy, options=options, on_event=on_event, who="idempotent()"

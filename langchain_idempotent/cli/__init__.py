@@ -66,7 +66,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .._durations import to_seconds
+from ..core._durations import to_seconds
 from ._common import PROG, Refused, nothing_there, redact
 
 if TYPE_CHECKING:

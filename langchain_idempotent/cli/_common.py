@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
-    from ..stores.base import BaseIdempotencyStore
+    from ..core.store import BaseIdempotencyStore
 
 __all__ = ["PROG", "Refused", "again", "confirm", "nothing_there", "redact"]
 

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from ._common import PROG, nothing_there, redact
 
 if TYPE_CHECKING:
-    from ..stores.base import BaseIdempotencyStore
+    from ..core.store import BaseIdempotencyStore
 
 __all__ = ["Finding", "Level", "Report", "diagnose", "run"]
 

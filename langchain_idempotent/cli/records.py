@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic_core import to_jsonable_python
 
-from ..encryption import ENV_VARIABLE, ResultEncryption, sealed_key_id
-from ..encryption import TAG as _SEALED
+from ..core.encryption import ENV_VARIABLE, ResultEncryption, sealed_key_id
+from ..core.encryption import TAG as _SEALED
+from ..core.record import Record, State
+from ..core.serde import ResultSerializer
+from ..core.store import CompleteRequest, Held
 from ..errors import CorruptRecordError, IdempotencyError
-from ..record import Record, State
-from ..serde import ResultSerializer
 from ..stores._reseal import replace_payload
-from ..stores.base import CompleteRequest, Held
 from ._common import Refused, again, confirm, nothing_there, redact
 
 if TYPE_CHECKING:
+    from ..core.store import BaseIdempotencyStore
     from ..settings import IdempotencySettings
-    from ..stores.base import BaseIdempotencyStore
 
 __all__ = ["delete", "ls", "purge", "resolve", "rotate", "show"]
 

@@ -2,7 +2,7 @@
 
 :class:`CallInfo`, :data:`Scope` and :data:`KeyFunction` are the vocabulary the policy
 (:mod:`.policy`: ``scope=``, ``approval=``) shares with the adapters' key derivation
-(:mod:`.keys`, which builds a :class:`CallInfo` from a LangChain call and re-exports
+(:mod:`..adapters.keys`, which builds a :class:`CallInfo` from a LangChain call and re-exports
 these three). Here, below both, so the policy and the engine stand on no LangChain
 module; ``RunnableConfig`` is named for type checkers only.
 """
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CallInfo", "KeyFunction", "Scope"]
 
-#: What one effect is (see :mod:`.keys`); a :data:`KeyFunction` decides it instead.
+#: What one effect is (see :mod:`..adapters.keys`); a :data:`KeyFunction` decides it instead.
 Scope = Literal["thread", "turn", "call"]
 
 

@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo
 import ormsgpack
 from pydantic import BaseModel
 
-from ._codec_compat import (
+from ._compat import (
     EXT_CONSTRUCTOR_KW_ARGS,
     EXT_CONSTRUCTOR_POS_ARGS,
     EXT_CONSTRUCTOR_SINGLE_ARG,
@@ -58,7 +58,7 @@ __all__ = ["Codec", "Refused", "is_plain"]
 
 _TUPLE, _ZONED, _OBJECT, _MODEL = 100, 101, 102, 103
 
-# LangGraph's extension codes (pinned in _codec_compat), which we also read.
+# LangGraph's extension codes (pinned in _compat), which we also read.
 _SINGLE = EXT_CONSTRUCTOR_SINGLE_ARG
 _POS = EXT_CONSTRUCTOR_POS_ARGS
 _KW = EXT_CONSTRUCTOR_KW_ARGS

@@ -15,6 +15,14 @@ import time
 from collections.abc import Generator, Mapping
 from typing import Any
 
+from ..errors import (
+    IdempotencyError,
+    InProgressError,
+    LeaseLostError,
+    OutcomeUnknownError,
+    PayloadMismatchError,
+    StoreUnavailableError,
+)
 from ._reconciling import HookAnswer
 from ._steps import (
     _CLAIM,
@@ -31,14 +39,6 @@ from ._steps import (
     _WatchStep,
 )
 from .context import IdempotencyContext, _Boundary
-from .errors import (
-    IdempotencyError,
-    InProgressError,
-    LeaseLostError,
-    OutcomeUnknownError,
-    PayloadMismatchError,
-    StoreUnavailableError,
-)
 from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, deliver, logger
 from .policy import Policy
 from .reconcile import ReconcileCall
@@ -123,7 +123,7 @@ class Flow:
         """``on_expired="raise"`` met an expired lease: the reconcile hook's result, stored
         write-once over the record as it is (nothing is held), or ``OutcomeUnknownError``."""
         if call.reconcile is not None:
-            found = yield from self._ask(call, claim, claim.attempt, took)
+            found = yield from self._consult(call, claim, claim.attempt, took)
             if found is not None:
                 held = IdempotencyContext(
                     key=call.key,
@@ -190,7 +190,7 @@ class Flow:
             self._emit(call, "takeover", ctx.fence, ctx.attempt, detail)
         if ctx.takeover and call.reconcile is not None:
             try:
-                found = yield from self._ask(call, claim, claim.attempt - 1, {"takeover": True})
+                found = yield from self._consult(call, claim, claim.attempt - 1, {"takeover": True})
             except BaseException:
                 # Still unknown: give it back so the next claimant asks again.
                 yield from self._abandon(
@@ -301,7 +301,7 @@ class Flow:
             self._emit(call, "complete", ctx.fence, ctx.attempt)
         return completion
 
-    def _ask(
+    def _consult(
         self, call: _Call, claim: Claim, previous_attempt: int, extra: Mapping[str, Any]
     ) -> Generator[_Step, Any, HookAnswer | None]:
         """Ask the reconcile hook; the found result (a ``HookAnswer``), ``None`` when it found

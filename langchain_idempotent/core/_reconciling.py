@@ -18,7 +18,7 @@ from typing import Any
 
 from .reconcile import ReconcileCall, Reconciler
 
-__all__ = ["HookAnswer", "aask", "ask"]
+__all__ = ["HookAnswer", "aconsult", "consult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class HookAnswer:
     duration_ms: float = 0.0
 
 
-def ask(hook: Reconciler, call: ReconcileCall) -> HookAnswer:
+def consult(hook: Reconciler, call: ReconcileCall) -> HookAnswer:
     """Call the hook; an async hook runs to completion on a private event loop."""
     started = time.perf_counter()
     try:
@@ -42,7 +42,7 @@ def ask(hook: Reconciler, call: ReconcileCall) -> HookAnswer:
     return _answered(started, value=value)
 
 
-async def aask(hook: Reconciler, call: ReconcileCall) -> HookAnswer:
+async def aconsult(hook: Reconciler, call: ReconcileCall) -> HookAnswer:
     """Await an async hook; a sync one runs in a worker thread."""
     started = time.perf_counter()
     try:

@@ -18,7 +18,7 @@ from .context import IdempotencyContext
 from .events import EventHook
 from .reconcile import ReconcileCall, Reconciler
 from .record import UncertainReason
-from .stores.base import ClaimRequest
+from .store import ClaimRequest
 
 V = TypeVar("V")
 

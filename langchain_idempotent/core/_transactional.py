@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import LeaseLostError
 from .context import IdempotencyContext
-from .errors import LeaseLostError
 from .record import Completion
-from .stores.base import BaseIdempotencyStore, CompleteRequest
+from .store import BaseIdempotencyStore, CompleteRequest
 
 __all__ = [
     "AsyncTransaction",

@@ -16,7 +16,7 @@ import rfc8785
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from .errors import InvalidArgumentsError
+from ..errors import InvalidArgumentsError
 
 __all__ = ["CANONICAL_VERSION", "canonical_json", "json_arguments"]
 

@@ -105,7 +105,7 @@ class IdempotencyContext:
         taken over, doing the effect here too would be a duplicate.
         """
         if self._lease.lost:
-            from .errors import LeaseLostError
+            from ..errors import LeaseLostError
 
             raise LeaseLostError(
                 f"the lease on this call was lost (fence {self.fence}): another worker may "
@@ -134,7 +134,7 @@ class SideEffect:
 
     def _open(self) -> bool:
         """Check the block may open; ``True`` when the store must be marked."""
-        from .errors import SideEffectMisuseError
+        from ..errors import SideEffectMisuseError
 
         gate, ctx = self._ctx._boundary, self._ctx
         if gate.inside:
@@ -168,7 +168,7 @@ class SideEffect:
         gate = self._ctx._boundary
         if not ok:
             gate.inside = False
-            from .errors import LeaseLostError
+            from ..errors import LeaseLostError
 
             self._ctx.mark_lease_lost()
             raise LeaseLostError(
@@ -261,7 +261,7 @@ def side_effect() -> SideEffect:
     idempotent call (or in an ``effect="read"`` tool, which has no record to mark)."""
     ctx = _current.get()
     if ctx is None:
-        from .errors import SideEffectMisuseError
+        from ..errors import SideEffectMisuseError
 
         read = _passthrough.get()
         if read is not None:

@@ -35,7 +35,7 @@ import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM

@@ -55,9 +55,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from ..errors import IdempotencyError
 from . import _transactional
 from ._flow import Flow
-from ._reconciling import aask, ask
+from ._reconciling import aconsult, consult
 from ._steps import (
     _CLAIM,
     Unmemoized,
@@ -72,14 +73,13 @@ from ._steps import (
     _WatchStep,
 )
 from .context import IdempotencyContext, _current
-from .errors import IdempotencyError
 from .events import EventCounter, EventHook
 from .heartbeat import AsyncRenewal, schedule_renewal
 from .policy import Policy
 from .reconcile import reconciler_for
 from .record import Claim, ExpiredPolicy, abandon_kwargs
 from .serde import ResultSerializer
-from .stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
+from .store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 
 __all__ = ["Claimed", "Engine", "Unmemoized", "new_owner"]
 
@@ -306,7 +306,7 @@ class Engine(Flow):
                 _held(call, step.ctx), **abandon_kwargs(step.reason, step.error_type)
             )
         if isinstance(step, _ReconcileStep):
-            return ask(step.hook, step.call)
+            return consult(step.hook, step.call)
         assert isinstance(step, _WatchStep)
         store.watch(call.key, fence=step.fence, timeout=step.timeout)
         return None
@@ -411,7 +411,7 @@ class Engine(Flow):
             uncertain = abandon_kwargs(step.reason, step.error_type)
             return await asyncio.shield(store.aabandon(_held(call, step.ctx), **uncertain))
         if isinstance(step, _ReconcileStep):
-            return await aask(step.hook, step.call)
+            return await aconsult(step.hook, step.call)
         assert isinstance(step, _WatchStep)
         await store.awatch(call.key, fence=step.fence, timeout=step.timeout)
         return None

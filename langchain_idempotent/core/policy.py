@@ -2,7 +2,7 @@
 
 This module is the one home of every default. Every field has a production default;
 durations accept seconds (``float``) or a ``timedelta`` and go through
-:func:`~langchain_idempotent._durations.to_seconds`. Nothing here reads the environment
+:func:`~langchain_idempotent.core._durations.to_seconds`. Nothing here reads the environment
 unless asked: :meth:`Policy.from_env` reads ``IDEMPOTENCY_<FIELD>`` once, when called.
 
 :class:`PolicyOptions` is the same set of fields as keyword arguments, so

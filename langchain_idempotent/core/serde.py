@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from ..errors import CorruptRecordError, ResultTooLargeError, UnstorableResultError
 from ._codec import Codec, Refused, is_plain
 from ._limits import DEFAULT_MAX_RESULT_BYTES
 from .encryption import TAG as _SEALED
 from .encryption import Kind, sealed_key_id
-from .errors import CorruptRecordError, ResultTooLargeError, UnstorableResultError
 
 if TYPE_CHECKING:
     from .encryption import ResultEncryption

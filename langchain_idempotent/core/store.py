@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import decide_claim, decide_complete
-from ..record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
+from .protocol import decide_claim, decide_complete
+from .record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 
 __all__ = ["BaseIdempotencyStore", "ClaimRequest", "CompleteRequest", "Held"]
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from .events import EVENT_KINDS, IdempotencyEvent
+from ..core.events import EVENT_KINDS, IdempotencyEvent
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

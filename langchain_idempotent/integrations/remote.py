@@ -37,9 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .canonical import canonical_json
-from .context import get_idempotency_context
-from .errors import IdempotencyError, MissingScopeError, PayloadMismatchError
+from ..core.canonical import canonical_json
+from ..core.context import get_idempotency_context
+from ..errors import IdempotencyError, MissingScopeError, PayloadMismatchError
 
 if TYPE_CHECKING:
     from langgraph_sdk.client import LangGraphClient, SyncLangGraphClient

@@ -14,10 +14,10 @@ from .._lazy import exports
 
 #: Public name -> the module of this package that defines it; ``__all__`` is its keys.
 _STORES: dict[str, str] = {
-    "BaseIdempotencyStore": "base",
-    "ClaimRequest": "base",
-    "CompleteRequest": "base",
-    "Held": "base",
+    "BaseIdempotencyStore": ".core.store",
+    "ClaimRequest": ".core.store",
+    "CompleteRequest": ".core.store",
+    "Held": ".core.store",
     "InMemoryIdempotencyStore": "memory",
     "SqliteIdempotencyStore": "sqlite",
     "RedisIdempotencyStore": "redis",
@@ -32,11 +32,11 @@ __getattr__, __dir__ = exports(__name__, _STORES)
 
 
 if TYPE_CHECKING:
+    from ..core.store import BaseIdempotencyStore as BaseIdempotencyStore
+    from ..core.store import ClaimRequest as ClaimRequest
+    from ..core.store import CompleteRequest as CompleteRequest
+    from ..core.store import Held as Held
     from ._url import parse_store_url as parse_store_url
-    from .base import BaseIdempotencyStore as BaseIdempotencyStore
-    from .base import ClaimRequest as ClaimRequest
-    from .base import CompleteRequest as CompleteRequest
-    from .base import Held as Held
     from .memory import InMemoryIdempotencyStore as InMemoryIdempotencyStore
     from .postgres import (
         PostgresIdempotencyStore as PostgresIdempotencyStore,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable
 
-from ..protocol import decide_abandon, decide_mark_effect, decide_release
-from ..record import Record, UncertainReason
+from ..core.protocol import decide_abandon, decide_mark_effect, decide_release
+from ..core.record import Record, UncertainReason
+from ..core.store import BaseIdempotencyStore, Held
 from ._wakeup import Wakeup
-from .base import BaseIdempotencyStore, Held
 
 __all__ = ["DecidesInPython", "Decision"]
 

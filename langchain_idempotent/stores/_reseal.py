@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .base import BaseIdempotencyStore
+from ..core.store import BaseIdempotencyStore
 
 __all__ = ["replace_payload"]
 

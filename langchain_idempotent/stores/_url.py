@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._lazy import needs_extra
 
 if TYPE_CHECKING:
-    from .base import BaseIdempotencyStore
+    from ..core.store import BaseIdempotencyStore
 
 __all__ = ["SCHEMES", "StoreKind", "StoreURL", "parse_store_url"]
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..record import Record
+    from ..core.record import Record
 
 __all__ = ["LeaseProbe", "Wakeup", "awatch_polling", "watch_polling"]
 

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..protocol import decide_renew
-from ..record import Claim, Completion, Record, State, UncertainReason
+from ..core.protocol import decide_renew
+from ..core.record import Claim, Completion, Record, State, UncertainReason
+from ..core.store import ClaimRequest, CompleteRequest, Held
 from ._deciding import DecidesInPython, Decision
 from ._wakeup import Wakeup
-from .base import ClaimRequest, CompleteRequest, Held
 
 __all__ = ["InMemoryIdempotencyStore"]
 

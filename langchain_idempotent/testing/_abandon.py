@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ..record import ClaimOutcome, State
+from ..core.record import ClaimOutcome, State
 from ._faces import LONG_MS, ContractBase, Face, new_key, require, run_inline
 
 

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..record import Claim, ClaimOutcome, Record
-from ..stores.base import ClaimRequest
+from ..core.record import Claim, ClaimOutcome, Record
+from ..core.store import ClaimRequest
 from ._faces import FP, LONG_MS, OTHER_FP, TTL_MS, ContractBase, Face, new_key, require, run_inline
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ..record import ClaimOutcome, State
+from ..core.record import ClaimOutcome, State
 from ._faces import LONG_MS, OTHER_FP, ContractBase, Face, new_key, require
 
 

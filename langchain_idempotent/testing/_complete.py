@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ..record import ClaimOutcome, Completion, State
+from ..core.record import ClaimOutcome, Completion, State
 from ._faces import FP, LONG_MS, ContractBase, Face, new_key, require
 
 

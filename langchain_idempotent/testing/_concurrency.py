@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 from typing import ClassVar
 
-from ..record import ClaimOutcome
+from ..core.record import ClaimOutcome
 from ._faces import ContractBase, Face, new_key, require
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..record import ClaimOutcome, ExpiredPolicy, State
+from ..core.record import ClaimOutcome, ExpiredPolicy, State
 from ._faces import ContractBase, Face, new_key, require
 
 

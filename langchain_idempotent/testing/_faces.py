@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
 
 import pytest
 
-from ..record import (
+from ..core.record import (
     Claim,
     ClaimOutcome,
     Completion,
@@ -31,7 +31,7 @@ from ..record import (
     UncertainReason,
     abandon_kwargs,
 )
-from ..stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
+from ..core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 
 #: A lease that never expires during a test.
 LONG_MS = 60_000

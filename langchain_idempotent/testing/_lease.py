@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..record import ClaimOutcome, State
+from ..core.record import ClaimOutcome, State
 from ._faces import LONG_MS, ContractBase, Face, new_key, require
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..protocol import (
+from ..core.protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
@@ -21,7 +21,7 @@ from ..protocol import (
     decide_release,
     decide_renew,
 )
-from ..record import Claim, ClaimOutcome, ExpiredPolicy, Record, abandon_kwargs
+from ..core.record import Claim, ClaimOutcome, ExpiredPolicy, Record, abandon_kwargs
 from ._faces import FP, LONG_MS, OTHER_FP, ContractBase, Face, run_inline
 
 T = TypeVar("T")

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ..record import FORMAT_VERSION, ClaimOutcome, State
-from ..stores.base import BaseIdempotencyStore
+from ..core.record import FORMAT_VERSION, ClaimOutcome, State
+from ..core.store import BaseIdempotencyStore
 from ._faces import FP, ContractBase, Face, new_key, require
 
 

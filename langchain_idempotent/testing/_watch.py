@@ -9,8 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..record import ClaimOutcome
-from ..stores.base import BaseIdempotencyStore
+from ..core.record import ClaimOutcome
+from ..core.store import BaseIdempotencyStore
 from ._faces import ContractBase, Face, new_key, run_inline
 
 

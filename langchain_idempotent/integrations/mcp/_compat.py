@@ -1,5 +1,5 @@
 """Every MCP SDK / FastMCP name that differs between the two supported sets, and every
-private attribute the server side reads, in one place (as ``langchain_idempotent._compat``
+private attribute the server side reads, in one place (as ``langchain_idempotent.adapters._compat``
 does for LangChain and LangGraph), each with a test in ``tests/test_mcp_server.py`` or
 ``tests/test_mcp_fastmcp.py`` that fails by name when a release moves it.
 

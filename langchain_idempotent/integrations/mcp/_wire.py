@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from ..errors import (
+from ...errors import (
     IdempotencyError,
     InProgressError,
     OutcomeUnknownError,

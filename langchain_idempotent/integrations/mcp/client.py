@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp import ClientSession, types
 
-from ..context import IdempotencyContext, get_idempotency_context
+from ...core.context import IdempotencyContext, get_idempotency_context
 from ._compat import MCPError, error_fields
 from ._wire import CAPABILITY, HEADER, META_PREFIX, Via, check_prefix, check_via, error_for
 

@@ -45,18 +45,18 @@ from typing import Any, Final, Literal, Unpack
 
 from mcp import types
 
-from ..canonical import canonical_json
-from ..engine import Engine, Unmemoized
-from ..errors import (
+from ...core.canonical import canonical_json
+from ...core.engine import Engine, Unmemoized
+from ...core.events import EventHook
+from ...core.policy import Policy, PolicyOptions
+from ...core.reconcile import ReconcileCall, ReconcileOption, Reconciler, check_reconcile
+from ...core.store import BaseIdempotencyStore
+from ...errors import (
     InProgressError,
     OutcomeUnknownError,
     PayloadMismatchError,
     StoreUnavailableError,
 )
-from ..events import EventHook
-from ..policy import Policy, PolicyOptions
-from ..reconcile import ReconcileCall, ReconcileOption, Reconciler, check_reconcile
-from ..stores.base import BaseIdempotencyStore
 from ._compat import (
     MCP_MAJOR,
     background_task_tools,

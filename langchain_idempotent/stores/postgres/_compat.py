@@ -1,5 +1,5 @@
 """Every private psycopg_pool attribute the PostgreSQL store reads, in one place (as
-``langchain_idempotent._compat`` does for LangChain and LangGraph), with a test in
+``langchain_idempotent.adapters._compat`` does for LangChain and LangGraph), with a test in
 ``tests/test_compat.py`` that fails by name when a release moves it.
 
 ============================================  ==============================================

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from ...record import Record
+from ...core.record import Record
 from .._wakeup import Wakeup, awatch_polling, watch_polling
 
 _log = logging.getLogger("langchain_idempotent.stores.postgres")

@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from ...core.record import Claim, Completion, Record, UncertainReason, abandoned_owner
+from ...core.store import ClaimRequest, CompleteRequest, Held
 from ...errors import CorruptRecordError
-from ...record import Claim, Completion, Record, UncertainReason, abandoned_owner
-from ..base import ClaimRequest, CompleteRequest, Held
 from ._pools import Op, Stmt, single
 from ._sql import _claim_answer, _completion, _decode, _live, _meta, _Queries
 

@@ -36,8 +36,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, get_args
 
-from ...errors import CorruptRecordError, StoreUnavailableError
-from ...record import (
+from ...core.record import (
     FORMAT_VERSION,
     Claim,
     ClaimOutcome,
@@ -49,6 +48,7 @@ from ...record import (
     abandoned_owner,
     parse_reason,
 )
+from ...errors import CorruptRecordError, StoreUnavailableError
 
 #: Version of the schema below; kept per table in ``langchain_idempotent_schema``. Versions
 #: 1-4 were stored by earlier builds (1 with several function bodies); 5 is the first a

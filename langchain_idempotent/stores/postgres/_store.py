@@ -88,9 +88,9 @@ from typing import Any, TypeVar
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ...core.record import Claim, Completion, Record, UncertainReason
+from ...core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 from ...errors import StoreUnavailableError
-from ...record import Claim, Completion, Record, UncertainReason
-from ..base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 from ._describe import describe_op
 from ._listen import _Waiters
 from ._ops import (

@@ -18,9 +18,9 @@ from typing import Any
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ...core.record import Completion
+from ...core.store import CompleteRequest
 from ...errors import CorruptRecordError, StoreUnavailableError
-from ...record import Completion
-from ..base import CompleteRequest
 from ._ops import complete_params
 from ._pools import _ERRORS
 from ._sql import _completion, _Queries

@@ -6,7 +6,7 @@
   (:meth:`_Clients.on_url`, :meth:`_Clients.on_sentinel`).
   :func:`_client_options` sets explicit socket timeouts and a health-check interval
   (redis-py's own ``from_url`` sets neither), each checked by
-  :func:`~langchain_idempotent._durations.to_seconds`.
+  :func:`~langchain_idempotent.core._durations.to_seconds`.
 - **Retries.** Connections the store builds make one attempt each (``_retry(0)``); the store
   retries whole operations with :func:`_retry` / :func:`_async_retry` (redis-py's ``Retry``,
   exponential backoff from 10 ms, at most 0.5 s, on connection errors and timeouts). A
@@ -40,7 +40,7 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from ..._durations import to_seconds
+from ...core._durations import to_seconds
 from ...errors import CorruptRecordError, StoreUnavailableError
 from ._fastpath import _HeldConnections
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ..._durations import to_seconds
+from ...core._durations import to_seconds
+from ...core.record import Claim, ClaimOutcome, Completion
+from ...core.store import ClaimRequest
 from ...errors import StoreUnavailableError
-from ...record import Claim, ClaimOutcome, Completion
-from ..base import ClaimRequest
 from ._scripts import _to_claim, _to_completion
 
 __all__ = ["CLEAN", "_Durability"]

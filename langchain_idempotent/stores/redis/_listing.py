@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...record import Record
+from ...core.record import Record
 from ._scripts import _RAW, _to_records
 
 __all__ = ["ascan", "oldest_first", "scan"]

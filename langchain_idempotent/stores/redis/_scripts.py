@@ -34,8 +34,7 @@ from typing import Any
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
-from ...errors import CorruptRecordError
-from ...record import (
+from ...core.record import (
     FORMAT_VERSION,
     Claim,
     ClaimOutcome,
@@ -46,7 +45,8 @@ from ...record import (
     UncertainReason,
     parse_reason,
 )
-from ..base import ClaimRequest, CompleteRequest, Held
+from ...core.store import ClaimRequest, CompleteRequest, Held
+from ...errors import CorruptRecordError
 
 _log = logging.getLogger("langchain_idempotent.stores.redis")
 #: Ask redis-py for raw bytes whatever the client's ``decode_responses``.

@@ -96,8 +96,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
-from ...errors import StoreUnavailableError
-from ...record import (
+from ...core.record import (
     Claim,
     Completion,
     Record,
@@ -105,7 +104,8 @@ from ...record import (
     abandoned_owner,
     uncertain_kwargs,
 )
-from ..base import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
+from ...core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
+from ...errors import StoreUnavailableError
 from ._clients import (
     AsyncClient,
     SyncClient,

@@ -19,8 +19,8 @@ import json
 import sqlite3
 from typing import Any
 
+from ...core.record import FORMAT_VERSION, Record, State
 from ...errors import CorruptRecordError, StoreUnavailableError
-from ...record import FORMAT_VERSION, Record, State
 
 __all__ = [
     "COLUMNS",

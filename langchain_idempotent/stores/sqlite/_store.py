@@ -67,13 +67,13 @@ from datetime import timedelta
 from typing import Any, Literal, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ..._durations import to_seconds
+from ...core._durations import to_seconds
+from ...core.protocol import decide_renew
+from ...core.record import Claim, Completion, Record
+from ...core.store import ClaimRequest, CompleteRequest, Held
 from ...errors import StoreUnavailableError
-from ...protocol import decide_renew
-from ...record import Claim, Completion, Record
 from .._deciding import DecidesInPython, Decision
 from .._wakeup import Wakeup, awatch_polling, watch_polling
-from ..base import ClaimRequest, CompleteRequest, Held
 from ._connections import Pool
 from ._describe import describe_file
 from ._schema import COLUMNS, ensure_schema, expired, live, rollback, write_row

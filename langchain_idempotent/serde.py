@@ -1,0 +1,16 @@
+"""Public path: this module is :mod:`langchain_idempotent.core.serde` itself.
+
+Importing ``langchain_idempotent.serde`` gives that module
+(a name patched through either path is patched in both); type checkers see its ``__all__``.
+"""
+
+# public path: written by scripts/relayout.py
+import sys
+from typing import TYPE_CHECKING
+
+from .core import serde as _module
+
+if TYPE_CHECKING:
+    from .core.serde import *  # noqa: F403
+
+sys.modules[__name__] = _module

@@ -1,0 +1,16 @@
+"""Public path: this module is :mod:`langchain_idempotent.adapters.tool` itself.
+
+Importing ``langchain_idempotent.tool`` gives that module
+(a name patched through either path is patched in both); type checkers see its ``__all__``.
+"""
+
+# public path: written by scripts/relayout.py
+import sys
+from typing import TYPE_CHECKING
+
+from .adapters import tool as _module
+
+if TYPE_CHECKING:
+    from .adapters.tool import *  # noqa: F403
+
+sys.modules[__name__] = _module
