@@ -394,5 +394,5 @@ def test_show_prints_the_decision_behind_a_record() -> None:
     asyncio.run(run(Command(resume=APPROVE)))
     out = io.StringIO()
     key = question.value["action_requests"][0]["idempotency_key"]
-    assert show(SimpleNamespace(key=key, json=False), store=store, out=out) == 0
+    assert show(SimpleNamespace(key=key, json=False, decrypt=False), store=store, out=out) == 0
     assert "approval:    approve by alice" in out.getvalue()
