@@ -359,8 +359,9 @@ class Engine(Flow):
         return ok
 
     def _lease_lost(self, call: _Call, ctx: IdempotencyContext) -> None:
-        ctx.mark_lease_lost()
+        # The event first: a tool that sees the flag (and raises) finds it already reported.
         self._emit(call, "lease_lost", ctx.fence, ctx.attempt)
+        ctx.mark_lease_lost()
 
     # -- async driver -----------------------------------------------------------------
 
