@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.messages import AIMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -180,6 +180,71 @@ def test_an_error_that_proves_nothing_was_sent_is_a_free_retry() -> None:
             with pytest.raises(httpx.ConnectError):
                 wrapped.invoke({"order": "ord-7", "amount": 14000}, config)
     assert asked == []
+
+
+def _handled_charge_tool(http: httpx.Client) -> BaseTool:
+    """The charge tool as LangChain's docs write an error for the model: the read timeout
+    becomes a ``ToolException`` that ``handle_tool_error=True`` turns into an error
+    ``ToolMessage`` (the exception never reaches the wrapper)."""
+
+    @tool
+    def charge(order: str, amount: int) -> str:
+        """Charge the customer `amount` cents for `order`. Moves money."""
+        ctx = get_idempotency_context()
+        headers = {"Idempotency-Key": ctx.key} if ctx is not None else {}
+        with side_effect() if ctx is not None else contextlib.nullcontext():
+            try:
+                response = http.post(
+                    "/charges", json={"order": order, "amount": amount}, headers=headers
+                )
+            except httpx.ReadTimeout as exc:
+                raise ToolException(f"the billing API timed out: {exc}") from exc
+        return str(response.json()["id"])
+
+    charge.handle_tool_error = True
+    return charge
+
+
+@pytest.mark.parametrize("protected", [False, True], ids=["plain", "ours"])
+def test_a_handled_error_after_the_block_is_still_an_unknown_outcome(protected: bool) -> None:
+    """A tool error turned into a message after the POST left: the retry asks the hook
+    instead of paying again (plain: two charges)."""
+    asked: list[ReconcileCall] = []
+    with (
+        BillingServer("timeout", honours_key=False) as server,
+        httpx.Client(base_url=server.url, timeout=httpx.Timeout(2.0, read=READ_TIMEOUT_S)) as http,
+    ):
+        charge = _handled_charge_tool(http)
+
+        def charged(call: ReconcileCall) -> str | None:
+            asked.append(call)
+            found = http.get("/charges", params={"order": call.args["order"]})
+            return None if found.status_code == 404 else str(found.json()["id"])
+
+        if protected:
+            charge = idempotent(
+                charge, InMemoryIdempotencyStore(), effect="unsafe", boundary=True,
+                not_sent=NOT_SENT, reconcile=charged,
+            )  # fmt: skip
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex}"}}
+        answers = []
+        for _ in range(2):  # the model sees the error and asks again
+            call = {"type": "tool_call", "name": "charge", "id": f"c-{uuid.uuid4().hex}"}
+            message = charge.invoke({**call, "args": {"order": "ord-7", "amount": 1}}, config)
+            answers.append((message.status, str(message.content)))
+        posts, charges = server.posts, len(server.charges)
+    assert answers[0][0] == "error"
+    if not protected:
+        assert (posts, charges) == (2, 2)
+        return
+    assert (posts, charges) == (1, 1)
+    [question] = asked
+    assert (question.reason, question.entered) == ("error", True)
+    # The wrapper sees the ToolException itself (the inner tool's handling turns it into
+    # the message after); through IdempotencyMiddleware only the message is seen
+    # (tests/test_side_effect.py: a handled error after the block).
+    assert question.error_type == "langchain_core.tools.base.ToolException"
+    assert answers[1] == ("success", "ch_1")
 
 
 def table(rows: list[Figures]) -> str:

@@ -10,6 +10,7 @@ exception is one ``not_sent=`` names or the tool is ``keyed`` (released: a free 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -441,3 +442,28 @@ def test_not_sent_takes_only_exception_classes(bad: Any) -> None:
     with pytest.raises(TypeError, match="not_sent= takes exception classes"):
         idempotent(refund, InMemoryIdempotencyStore(), not_sent=bad)
     assert Policy(not_sent=ReadTimeout).not_sent == (ReadTimeout,)  # one class is enough
+
+
+@pytest.mark.parametrize("boundary", [True, False])
+def test_a_handled_error_after_the_block_keeps_the_key_uncertain(boundary: bool) -> None:
+    """An error already turned into a message (the middleware's view of a ToolNode that
+    handles tool errors) leaves the key as the exception would have: uncertain once the
+    block was entered, released (a free retry) by a tool that marks no boundary."""
+    from langchain_idempotent.engine import Unmemoized
+
+    w = World()
+    engine = w.engine(boundary=boundary)
+
+    def handled() -> Any:
+        with get_idempotency_context().side_effect() if boundary else contextlib.nullcontext():
+            w.effects.append("refund")  # the provider committed; the answer was lost
+        return Unmemoized("Error: the billing API timed out", error="x.HandledError")
+
+    assert engine.run("k", fingerprint="fp", action=handled) == ("Error: the billing API timed out")
+    assert engine.run("k", fingerprint="fp", action=lambda: w.refund(boundary)) == "refunded"
+    if boundary:
+        [asked] = w.asked
+        assert (asked.reason, asked.entered, asked.error_type) == ("error", True, "x.HandledError")
+        assert "release" not in w.kinds()
+    else:
+        assert w.asked == [] and "release" in w.kinds()

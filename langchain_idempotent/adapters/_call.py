@@ -292,10 +292,15 @@ class PendingCall:
         return restamp(result, call_id, replayed=self.replayed)
 
 
+#: The error type an abandon names for a tool error handled into an error ``ToolMessage``
+#: (the exception itself is gone by then).
+HANDLED_TOOL_ERROR = "langchain_core.messages.ToolMessage[status=error]"
+
+
 def unmemoized_if_error(result: Any) -> Any:
     """An error ``ToolMessage`` (a handled tool error) is returned but never stored."""
     if isinstance(result, ToolMessage) and result.status == "error":
-        return Unmemoized(result)
+        return Unmemoized(result, error=HANDLED_TOOL_ERROR)
     return result
 
 

@@ -203,7 +203,12 @@ class Flow:
         if done.exc is not None:
             return (yield from self._failed(call, ctx, done.exc))
         if isinstance(done.value, Unmemoized):
-            yield from self._release(call, ctx, done.txn)
+            handled = done.value.error
+            # (A transactional tool's writes roll back with the release: nothing was sent.)
+            if handled is not None and done.txn is None and self._unknown_after_error(ctx):
+                yield from self._abandon(call, ctx, "error", handled)
+            else:
+                yield from self._release(call, ctx, done.txn)
             return done.value.value
         try:
             payload = self.serializer.dumps(done.value, key=call.key)
@@ -250,9 +255,15 @@ class Flow:
         with the key); always once the ``side_effect()`` block was entered; and anywhere in
         an ``unsafe`` or ``irreversible`` tool that marks no boundary (it never re-runs
         blind). Other tools (no class, or a boundary not reached) release: a free retry."""
+        resendable = (*self.never_terminal, *self.policy.not_sent)
+        return not isinstance(failure, resendable) and self._unknown_after_error(ctx)
+
+    def _unknown_after_error(self, ctx: IdempotencyContext) -> bool:
+        """:meth:`_left_unknown` once the exception is not one that proves nothing was
+        sent; also for a handled error (a message in place of the exception,
+        :class:`Unmemoized`), which proves nothing either."""
         policy = self.policy
-        resendable = (*self.never_terminal, *policy.not_sent)
-        if isinstance(failure, resendable) or policy.effect_class == "keyed":
+        if policy.effect_class == "keyed":
             return False
         if ctx.entered:
             return True

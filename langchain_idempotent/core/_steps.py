@@ -26,9 +26,14 @@ V = TypeVar("V")
 @dataclass(frozen=True, slots=True)
 class Unmemoized(Generic[V]):
     """What an action returns for an answer that must not be stored (a handled tool error):
-    the engine releases the key, so a retry runs again, and returns ``value``."""
+    the engine releases the key, so a retry runs again, and returns ``value``. ``error``
+    names a handled error (an error ``ToolMessage``, an MCP ``isError`` result): it leaves
+    the key uncertain where a raised exception would (``side_effect()`` entered, an
+    ``unsafe`` / ``irreversible`` tool without a boundary), since the error only became a
+    message after the effect may have begun."""
 
     value: V
+    error: str | None = None
 
 
 class _ClaimStep:

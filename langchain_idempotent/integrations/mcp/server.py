@@ -283,7 +283,7 @@ class McpIdempotency:
                 return Unmemoized(result)  # a task handle (SEP-1686): not a result
             dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             if dumped.get("isError") and not self.store_errors:
-                return Unmemoized(dumped)
+                return Unmemoized(dumped, error="mcp.CallToolResult[isError]")
             return dumped
 
         try:
