@@ -43,6 +43,7 @@ from ...core.record import (
     Record,
     State,
     UncertainReason,
+    abandoned_owner,
     parse_reason,
 )
 from ...core.store import ClaimRequest, CompleteRequest, Held
@@ -487,6 +488,14 @@ def _held_args(held: Held, *before_version: int) -> tuple[Any, ...]:
     """The ``ARGV`` a holder's script starts with: owner, fence, (renew: the lease,) the
     format version."""
     return (held.owner, held.fence, *before_version, _VERSION)
+
+
+def _abandon_args(
+    held: Held, reason: UncertainReason, error_type: str | None = None
+) -> tuple[Any, ...]:
+    """The abandon script's ``ARGV``: the holder's, then the reason the abandoned owner
+    names after its ``!`` (``error:httpx.ReadTimeout``), checked by ``abandoned_owner``."""
+    return (*_held_args(held), abandoned_owner(reason, error_type)[1:])
 
 
 def _to_claim(reply: Any, key: str) -> Claim:

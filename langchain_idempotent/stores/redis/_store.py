@@ -101,7 +101,6 @@ from ...core.record import (
     Completion,
     Record,
     UncertainReason,
-    abandoned_owner,
     uncertain_kwargs,
 )
 from ...core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
@@ -127,6 +126,7 @@ from ._scripts import (
     _RAW,
     _RELEASE_SCRIPT,
     _RENEW_SCRIPT,
+    _abandon_args,
     _aexecute,
     _aexecute_many,
     _claim_args,
@@ -451,13 +451,13 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
         a TAKEOVER (or OWNED: a re-claim that may repeat one) is abandoned, which keeps its
         effect mark, so the next claim is as uncertain as this one was, never a clean
         start."""
-        args = _held_args(Held(request.key, request.owner, claim.fence))
+        held = Held(request.key, request.owner, claim.fence)
         with contextlib.suppress(StoreUnavailableError):
             if claim.outcome in CLEAN:
-                yield _Eval(_RELEASE_SCRIPT, request.key, args)
+                yield _Eval(_RELEASE_SCRIPT, request.key, _held_args(held))
             else:
-                reason = abandoned_owner(**uncertain_kwargs(claim))[1:]
-                yield _Eval(_ABANDON_SCRIPT, request.key, (*args, reason))
+                args = _abandon_args(held, **uncertain_kwargs(claim))
+                yield _Eval(_ABANDON_SCRIPT, request.key, args)
 
     # -- record operations --------------------------------------------------------------
 
@@ -498,13 +498,13 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     def abandon(
         self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        args = (*_held_args(held), abandoned_owner(reason, error_type)[1:])
+        args = _abandon_args(held, reason, error_type)
         return bool(self._eval(_ABANDON_SCRIPT, held.key, args))
 
     async def aabandon(
         self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
     ) -> bool:
-        args = (*_held_args(held), abandoned_owner(reason, error_type)[1:])
+        args = _abandon_args(held, reason, error_type)
         return bool(await self._aeval(_ABANDON_SCRIPT, held.key, args))
 
     def mark_effect(self, held: Held) -> bool:
