@@ -48,6 +48,46 @@ def test_an_integer_and_the_same_float_are_the_same_argument(n: int) -> None:
     assert canonical_json({"amount": n}) == canonical_json({"amount": float(n)})
 
 
+#: Everything the fast path must tell apart: any code point (lone surrogates, characters
+#: beyond U+FFFF, control characters), integers either side of the safe domain, floats.
+any_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF))
+edge_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53) - 3, max_value=2**53 + 3),
+    st.integers(),
+    st.floats(),
+    any_text,
+)
+edge_values = st.recursive(
+    edge_scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(any_text, children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(edge_values)
+def test_the_plain_json_fast_path_writes_the_same_bytes_as_rfc8785_or_the_same_refusal(
+    value: Any,
+) -> None:
+    from langchain_idempotent.core.canonical import _general
+
+    try:
+        general: bytes | None = _general(value)
+    except InvalidArgumentsError:
+        general = None
+    if general is None:
+        with pytest.raises(InvalidArgumentsError):
+            canonical_json(value)
+    else:
+        assert canonical_json(value) == general
+
+
 def _numbers_as_floats(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value

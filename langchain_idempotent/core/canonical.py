@@ -5,11 +5,21 @@ UUIDs and decimals become JSON values), then written as RFC 8785 canonical JSON 
 ``rfc8785`` package: sorted keys, no whitespace, ECMAScript number form, so
 ``{"amount": 140}`` and ``{"amount": 140.0}`` are the same call and key order never
 matters. Changing this function changes every key, so it is versioned.
+
+Most tool arguments are already plain JSON: strings, safe integers, booleans, ``None``,
+lists and objects with string keys. For those, RFC 8785's bytes are exactly what the
+standard library's C encoder writes with sorted keys and no whitespace (the same escapes;
+sorting by code point equals sorting by UTF-16 code unit while no key holds a character
+beyond U+FFFF), so :func:`canonical_json` takes that path and leaves everything else —
+floats, big integers, other types, lone surrogates — to pydantic and ``rfc8785``. A
+property test holds the two paths to the same bytes (``tests/test_keys.py``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -26,6 +36,17 @@ CANONICAL_VERSION = 1
 
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 bytes for ``value``. Raises :class:`InvalidArgumentsError` if impossible."""
+    if _plain(value, 0):
+        try:
+            return _PLAIN(value).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: rfc8785 refuses it with its reason
+            pass
+    return _general(value)
+
+
+def _general(value: Any) -> bytes:
+    """RFC 8785 bytes of any value pydantic can make JSON of (the path of every value
+    that is not plain)."""
     try:
         jsonable = to_jsonable_python(value, inf_nan_mode="constants")
     except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -41,6 +62,64 @@ def canonical_json(value: Any) -> bytes:
         ) from exc
     except RecursionError as exc:
         raise InvalidArgumentsError("tool arguments are nested too deeply to canonicalise") from exc
+
+
+def _plain_encoder() -> Callable[[Any], str]:
+    """The encoder of plain values: sorted keys, no whitespace, characters as they are.
+    The C encoder made once (``JSONEncoder.encode`` makes one per call), else the
+    standard encoder, whichever writes the sample as RFC 8785 does."""
+    standard = json.JSONEncoder(
+        ensure_ascii=False,
+        check_circular=False,
+        allow_nan=False,
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode
+    # The C parts behind ``JSONEncoder`` (typeshed does not list them).
+    make = getattr(json.encoder, "c_make_encoder", None)
+    escape = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or escape is None:  # pragma: no cover - CPython always has _json
+        return standard
+    try:
+        chunks = make(None, None, escape, None, ":", ",", True, False, False)
+
+        def encode(value: Any) -> str:
+            return "".join(chunks(value, 0))
+
+        sample = {"b": [1, None, True], "a": '\n\x01"é'}
+        if encode(sample) != standard(sample):  # pragma: no cover - another C encoder
+            return standard
+    except (TypeError, ValueError):  # pragma: no cover - its signature changed
+        return standard
+    return encode
+
+
+_PLAIN = _plain_encoder()
+_SAFE = 2**53 - 1  # RFC 8785's integer domain: an IEEE 754 double's exact integers
+_DEPTH = 64  # deeper values take the general path (which refuses what is too deep)
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether ``value`` is plain JSON that the fast path writes exactly as RFC 8785 does:
+    ``str``, ``bool``, ``None``, an ``int`` within ±(2**53 - 1), and lists and dicts of
+    them whose keys are strings with no character beyond U+FFFF (exact types only)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-_SAFE <= value <= _SAFE)
+    if depth >= _DEPTH:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or max(key) <= "\uffff"):
+                return False
+            if not _plain(item, depth + 1):
+                return False
+        return True
+    if kind is list:
+        return all(_plain(item, depth + 1) for item in value)
+    return False
 
 
 def json_arguments(model: BaseModel, fields: set[str]) -> dict[str, Any]:
