@@ -24,7 +24,7 @@ from langchain_core.messages import ToolMessage
 from pydantic import ValidationError
 
 from ..core.engine import Claimed, Engine, Unmemoized
-from ..core.events import SURFACED_KINDS, EventHook, IdempotencyEvent
+from ..core.events import SURFACED_KINDS, EventHook, IdempotencyEvent, surfaced_only
 from ..core.policy import Policy, PolicyOptions
 from ..core.store import BaseIdempotencyStore
 from ..errors import MissingScopeError
@@ -197,6 +197,7 @@ class PendingCall:
             inputs=None if self.info is None else self.info.inputs,
         )
 
+    @surfaced_only  # claims, completions and releases change nothing here
     def observe(self, event: IdempotencyEvent) -> None:
         if event.kind in ("replay", "stale_completion") or (
             event.kind == "reconcile" and event.detail.get("outcome") == "found"

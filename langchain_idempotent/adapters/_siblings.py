@@ -93,8 +93,10 @@ def step_calls(
     if call_id is None or not messages:
         return None
     for message in reversed(messages):
+        if getattr(message, "type", None) != "ai":  # first: only an AI message has calls
+            continue
         calls = getattr(message, "tool_calls", None)
-        if not calls or getattr(message, "type", None) != "ai":
+        if not calls:
             continue
         ids = tuple(str(c.get("id")) for c in calls)
         if call_id not in ids:

@@ -548,11 +548,8 @@ def watch_calling_tools() -> None:
 
 def _digest(*parts: str | bytes) -> str:
     """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update)."""
-    chunks: list[bytes] = []
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
-        chunks += (b"%d:" % len(data), data)
-    return hashlib.sha256(b"".join(chunks)).hexdigest()
+    data = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogatepass") for p in parts]
+    return hashlib.sha256(b"".join([b"%d:" % len(d) + d for d in data])).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

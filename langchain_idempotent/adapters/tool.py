@@ -22,7 +22,6 @@ A tool error that the tool's ``handle_tool_error`` turns into an error ``ToolMes
 returned as such and not memoized, so a retry runs again.
 """
 
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Unpack, overload
@@ -91,6 +90,7 @@ class IdempotentTool(BaseTool):
         _handoff: Handoff | None
         _peers: dict[str, "IdempotentTool"]
         _params: InjectedParams
+        _schema: tuple[Any, Any] | None
 
     def __init__(
         self, inner: BaseTool, *, engine: Engine, handoff: Handoff | None = None, **kwargs: Any
@@ -141,6 +141,7 @@ class IdempotentTool(BaseTool):
         # The tools of this one's step whose calls a batch may claim with its own: the
         # list it was wrapped in (:func:`idempotent`), else itself.
         self._peers = {self.name: self}
+        self._schema = None
 
     # -- what the model and ToolNode see: exactly the inner tool ------------------------
 
@@ -195,6 +196,19 @@ class IdempotentTool(BaseTool):
         """Parse the input as the inner tool does (its schema, its single-input rules)."""
         return to_args_and_kwargs(self.inner, tool_input, tool_call_id)
 
+    def _call_schema(self) -> Any:
+        """:attr:`tool_call_schema` as each call's key reads it: made again only when the
+        inner tool's ``args_schema`` is another object (LangChain builds it anew on every
+        read) or its class computes the schema itself."""
+        inner = self.inner
+        if type(inner).tool_call_schema is not BaseTool.tool_call_schema:
+            return model_schema(inner)
+        basis = inner.args_schema
+        made = self._schema
+        if made is None or made[0] is not basis:
+            made = self._schema = (basis, model_schema(inner))
+        return made[1]
+
     # -- invoke: derive the key, then let BaseTool open the tool run -----------------------
 
     def _derive(
@@ -208,7 +222,7 @@ class IdempotentTool(BaseTool):
         args = by_field_name(self.inner.args_schema, args)
         return PendingCall.derive(
             tool=self.name,
-            schema=self.tool_call_schema,
+            schema=self._call_schema(),
             tool_input=tool_input,
             args=args,
             tool_call_id=tool_call_id,
@@ -461,11 +475,14 @@ def _child_config(
     dispatched), made on first use: a call that dispatches nothing and runs the inner
     tool's ``_run`` directly opens no child callback manager."""
 
-    @functools.cache
+    made: list[RunnableConfig] = []  # a plain memo: ``functools.cache`` costs more to make
+
     def child() -> RunnableConfig:
         if run_manager is None:
             return config
-        return patch_config(config, callbacks=run_manager.get_child())
+        if not made:
+            made.append(patch_config(config, callbacks=run_manager.get_child()))
+        return made[0]
 
     return child
 

@@ -39,7 +39,16 @@ from ._steps import (
     _WatchStep,
 )
 from .context import IdempotencyContext, _Boundary
-from .events import EventCounter, EventHook, EventKind, IdempotencyEvent, deliver, logger
+from .events import (
+    QUIET_KINDS,
+    EventCounter,
+    EventHook,
+    EventKind,
+    IdempotencyEvent,
+    deliver,
+    listens_quietly,
+    logger,
+)
 from .policy import Policy
 from .reconcile import ReconcileCall
 from .record import Claim, ClaimOutcome, Completion, UncertainReason, error_type_of
@@ -430,12 +439,15 @@ class Flow:
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         self._counter.add(kind)
-        if self.on_event is None and call.observer is None and not logger.isEnabledFor(10):
+        observer = call.observer
+        if kind in QUIET_KINDS and not listens_quietly(observer):
+            observer = None  # the adapters' observer: nothing to do for a quiet step
+        if self.on_event is None and observer is None and not logger.isEnabledFor(10):
             return
         event = IdempotencyEvent(
             kind, call.key, call.tool, fence, attempt, detail or {}, call_id=call.call_id
         )
-        deliver(event, self.on_event, call.observer)
+        deliver(event, self.on_event, observer)
 
 
 def _took(started: float, waited: float | None) -> dict[str, float]:

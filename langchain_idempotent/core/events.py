@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 __all__ = [
     "EVENT_KINDS",
+    "QUIET_KINDS",
     "SURFACED_KINDS",
     "EventCounter",
     "EventKind",
@@ -103,6 +104,8 @@ _KINDS: dict[EventKind, tuple[int, bool]] = {
 }
 #: The kinds dispatched as callback events.
 SURFACED_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if surfaced)
+#: The quiet path's kinds (claims, completions, releases): logged at DEBUG, never surfaced.
+QUIET_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if not surfaced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +171,15 @@ class EventCounter:
 
 
 EventHook = Callable[[IdempotencyEvent], None]
+
+
+def surfaced_only(hook: Callable[..., None]) -> Callable[..., None]:
+    """Mark ``hook`` as one that ignores the :data:`QUIET_KINDS`: the engine builds no
+    event for a quiet step that nothing else listens to (the common first run)."""
+    hook.surfaced_only = True  # type: ignore[attr-defined]
+    return hook
+
+
+def listens_quietly(hook: EventHook | None) -> bool:
+    """Whether ``hook`` wants the quiet kinds too (any hook not marked :func:`surfaced_only`)."""
+    return hook is not None and not getattr(hook, "surfaced_only", False)
