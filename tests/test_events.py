@@ -362,3 +362,31 @@ def test_every_event_kind_has_one_row_a_log_level_and_a_line_in_the_docs() -> No
     assert set(EVENT_KINDS) - {"claim", "complete", "release"} == events.SURFACED_KINDS
     doc = events.__doc__ or ""
     assert [kind for kind in EVENT_KINDS if f"``{kind}``" not in doc] == []
+
+
+def test_quiet_events_reach_every_listener_but_an_observer_marked_surfaced_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Claims and completions are built only for someone who hears them: the engine's
+    ``on_event``, a call's own observer, a DEBUG log; an observer marked ``surfaced_only``
+    (the adapters') is not called for them, and the counters count them anyway."""
+    from langchain_idempotent.core.events import surfaced_only
+
+    hooked: list[str] = []
+    seen: list[str] = []
+    marked: list[str] = []
+    engine = Engine(InMemoryIdempotencyStore(), on_event=lambda e: hooked.append(e.kind))
+    engine.run("q-1", fingerprint="fp", action=lambda: 1, observer=lambda e: seen.append(e.kind))
+    assert hooked == seen == ["claim", "complete"]
+
+    quiet = Engine(InMemoryIdempotencyStore())
+    only = surfaced_only(lambda e: marked.append(e.kind))
+    quiet.run("q-2", fingerprint="fp", action=lambda: 1, observer=only)
+    quiet.run("q-2", fingerprint="fp", action=lambda: 1, observer=only)
+    assert marked == ["replay"]
+    assert quiet.stats() == {"claim": 1, "complete": 1, "replay": 1}
+
+    with caplog.at_level(logging.DEBUG, logger="langchain_idempotent"):
+        quiet.run("q-3", fingerprint="fp", action=lambda: 1, observer=only)
+    assert marked == ["replay"]
+    assert [r.getMessage().split()[1] for r in caplog.records] == ["claim", "complete"]
