@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
 
-__all__ = ["ToolCounter", "build_step", "step_input"]
+__all__ = ["ToolCounter", "build_floor_step", "build_step", "step_input"]
 
 
 class StepState(TypedDict):
@@ -55,8 +56,34 @@ def build_step(store: Any | None) -> tuple[Any, ToolCounter]:
         from . import ours
 
         noop = ours.wrap(noop, store)
+    return _compiled(noop), counter
+
+
+def build_floor_step(floor: Any) -> tuple[Any, ToolCounter]:
+    """The same step, its tool unwrapped but doing what any two-round-trip protocol must:
+    ``floor.run(key, action)`` (:class:`benchmarks.floor.LuaFloor`: one claim script, the
+    action, one complete script; a thread invoked again replays in one round trip), keyed
+    by the thread. No key derivation, fences, events or serialization: the cost of the
+    round trips themselves inside a ToolNode step."""
+    counter = ToolCounter()
+
+    @tool
+    def noop(order_id: str, amount: int, config: RunnableConfig) -> str:
+        """Do nothing and say so (the benchmark's side effect is a counter)."""
+
+        def act() -> str:
+            counter.n += 1
+            return "ok"
+
+        answer = floor.run(f"graph-floor:{config['configurable']['thread_id']}", act)
+        return answer if isinstance(answer, str) else answer.decode()
+
+    return _compiled(noop), counter
+
+
+def _compiled(noop: BaseTool) -> Any:
     graph = StateGraph(StepState)
     graph.add_node("tools", ToolNode([noop]))
     graph.add_edge(START, "tools")
     graph.add_edge("tools", END)
-    return graph.compile(checkpointer=InMemorySaver()), counter
+    return graph.compile(checkpointer=InMemorySaver())

@@ -59,6 +59,7 @@ ROWS: list[tuple[str, str]] = [
     ("graph_plain", "LangGraph ToolNode step, tool unwrapped"),
     ("graph_memory", "LangGraph ToolNode step, tool wrapped (in-memory store)"),
     ("graph_redis", "LangGraph ToolNode step, tool wrapped (Redis store)"),
+    ("graph_floor", "… tool unwrapped, inside the minimal 2-round-trip Lua protocol"),
 ]
 
 
@@ -325,17 +326,22 @@ def _ours_cases(ctx: Context, kind: str, *, marked: bool = False) -> list[Latenc
 
 
 def _graph_cases(ctx: Context) -> list[LatencyCase]:
-    from .graph_step import build_step, step_input
+    from .graph_step import build_floor_step, build_step, step_input
 
     out: list[LatencyCase] = []
     variants: list[tuple[str, str | None]] = [("graph_plain", None)]
-    variants += [("graph_memory", "memory"), ("graph_redis", "redis")]
+    variants += [("graph_memory", "memory"), ("graph_redis", "redis"), ("graph_floor", "floor")]
     for row, kind in variants:
         store = None
-        if kind is not None:
-            store = ours.make_store(kind, redis_url=ctx.server.url, workdir=ctx.workdir)
-            ctx.stack.callback(store.close)
-        graph, counter = build_step(store)
+        if kind == "floor":
+            floor = LuaFloor(ctx.client(), held=True)  # as our store's sync fast path
+            ctx.stack.callback(floor.close)
+            graph, counter = build_floor_step(floor)
+        else:
+            if kind is not None:
+                store = ours.make_store(kind, redis_url=ctx.server.url, workdir=ctx.workdir)
+                ctx.stack.callback(store.close)
+            graph, counter = build_step(store)
         message = step_input()
 
         def invoke(thread_id: str, graph: Any = graph, message: Any = message) -> object:
@@ -360,7 +366,8 @@ def _graph_cases(ctx: Context) -> list[LatencyCase]:
 
         fresh = _fresh_keys(f"{ctx.run_id}:{row}:fresh")
         count = counter.count
-        out.append(LatencyCase(row, REPLAY, invoke, same_threads, count, kind is None))
+        unwrapped = kind is None  # its tool runs again on a thread invoked again
+        out.append(LatencyCase(row, REPLAY, invoke, same_threads, count, unwrapped))
         out.append(LatencyCase(row, FIRST_RUN, invoke, fresh, count, True))
     return out
 

@@ -23,7 +23,11 @@ TOLERANCE = 0.10
 #: Latency rows whose ratio to one ``r.ping()`` is worth guarding (ours and the floors).
 _PING_ROWS = ("ours_redis", "ours_sqlite", "ours_memory", "floor_client")
 #: (wrapped row, plain row): a ToolNode step with the tool wrapped over the same unwrapped.
-_GRAPH_ROWS = (("graph_memory", "graph_plain"), ("graph_redis", "graph_plain"))
+_GRAPH_ROWS = (
+    ("graph_memory", "graph_plain"),
+    ("graph_redis", "graph_plain"),
+    ("graph_floor", "graph_plain"),
+)
 #: (slower row, ours): how many times faster ours is (higher is better).
 _SPEEDUPS = (("reference", "ours_redis"), ("powertools", "ours_redis"))
 

@@ -307,7 +307,9 @@ def evaluate_goals(
 # -- Markdown --------------------------------------------------------------------------
 
 
-def _cell(e: dict[str, Any] | None, placement: str) -> str:
+def _cell(e: dict[str, Any] | None, placement: str, base: dict[str, Any] | None = None) -> str:
+    """A median with its ratio to ``r.ping()``, or to ``base``'s median (the unwrapped
+    ToolNode step, for the other LangGraph rows)."""
     if e is None:
         return ""
     if e["status"] != "ok" and not e["placements"]:
@@ -315,7 +317,11 @@ def _cell(e: dict[str, Any] | None, placement: str) -> str:
     s = e["placements"].get(placement)
     if s is None:
         return ""
-    ratio = f"{s['ratio_to_ping']:.2f}×" if "ratio_to_ping" in s else "–"
+    under = (base or {}).get("placements", {}).get(placement)
+    if under is not None:
+        ratio = f"{s['median_us'] / under['median_us']:.3f}× unwrapped"
+    else:
+        ratio = f"{s['ratio_to_ping']:.2f}×" if "ratio_to_ping" in s else "–"
     return f"{s['median_us']:.1f} µs ({ratio}; p90 {s['p90_us']:.1f})"
 
 
@@ -329,9 +335,16 @@ def _latency_table(latency: list[dict[str, Any]], placement: str) -> list[str]:
         rep, first = by.get((row, REPLAY)), by.get((row, FIRST_RUN))
         if rep is None and first is None:
             continue
+        base_rep = base_first = None
         if row.startswith("graph"):
             label += " ¹"
-        lines.append(f"| {label} | {_cell(rep, placement)} | {_cell(first, placement)} |")
+            if row != "graph_plain":
+                base_rep, base_first = (
+                    by.get(("graph_plain", REPLAY)),
+                    by.get(("graph_plain", FIRST_RUN)),
+                )
+        cells = f"{_cell(rep, placement, base_rep)} | {_cell(first, placement, base_first)}"
+        lines.append(f"| {label} | {cells} |")
     return lines
 
 
@@ -397,7 +410,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     out += [
         "¹ One `graph.invoke` of `START → ToolNode → END` with an in-memory checkpointer; "
         '"replay" = the same thread invoked again (the wrapped tool replays, the unwrapped '
-        'tool runs again), "first run" = a fresh thread.',
+        'tool runs again), "first run" = a fresh thread. The wrapped rows and the floor row '
+        "give their ratio to the unwrapped step of the same column; the floor row's tool "
+        "makes the minimal protocol's round trips itself (no key, fences, events or "
+        "serialization): what any two-round-trip design costs inside this step.",
         "",
     ]
     if report["throughput"]:

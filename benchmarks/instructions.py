@@ -1,0 +1,185 @@
+# ruff: noqa: RUF001  (the report prints multiplication signs on purpose)
+"""The wrapper's own cost as instructions executed, which a noisy 2-core machine cannot blur.
+
+``python -m benchmarks.instructions [--calls N] [--out DIR] [--name NAME]``
+
+Wall-clock medians of a ToolNode step swing by ±5 % between two runs of the same code
+here (thread hand-offs and the garbage collector dominate a 4-5 ms step), more than the
+cuts they are meant to judge. ``valgrind --tool=callgrind`` counts the instructions a
+process executes, the same count run after run whatever else the machine does. Each case
+runs in its own ``python`` under callgrind with instrumentation off through the imports,
+the graph's construction and 50 warm-up calls, then on (``callgrind_control -i on``) for
+``N`` calls, the garbage collector off, ``PYTHONHASHSEED=0``; the count is divided by N.
+
+Cases, all on the in-memory store (the Redis store adds its two round trips, which are
+not instructions of ours): ``tool.invoke(call, config)`` with the config a real ToolNode
+step passes (:mod:`benchmarks.adapter_profile`) for the unwrapped tool, the wrapped tool
+on a fresh thread (a first run) and again (a replay); and the whole ``graph.invoke`` of
+:mod:`benchmarks.graph_step`, unwrapped and wrapped, on fresh threads and again. The
+unwrapped cases run in a process that has wrapped a tool too, as in the latency run (the
+library's tracker of calling tools then sees every tool run). Writes
+``results/instructions.{md,json}``. Without valgrind it says so and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ._outputs import finish, started
+
+__all__ = ["CASES", "main", "measure"]
+
+#: case id -> (label, the unwrapped case it is compared with)
+CASES: dict[str, tuple[str, str | None]] = {
+    "tool_plain": ("`tool.invoke(call, config)`, unwrapped", None),
+    "tool_first": ("… wrapped, fresh thread (first run)", "tool_plain"),
+    "tool_replay": ("… wrapped, same thread again (replay)", "tool_plain"),
+    "graph_plain": ("ToolNode step, tool unwrapped, fresh thread", None),
+    "graph_first": ("… tool wrapped, fresh thread (first run)", "graph_plain"),
+    "graph_plain_again": ("ToolNode step, tool unwrapped, same thread again", None),
+    "graph_again": ("… tool wrapped, same thread again (replay)", "graph_plain_again"),
+}
+
+WARMUP = 50
+
+
+def _child(case: str, calls: int) -> None:
+    """The measured process: build the case, warm it up, count ``calls`` calls."""
+    import gc
+    import itertools
+
+    from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+
+    from .adapter_profile import _captured
+    from .graph_step import ToolCounter, _noop_tool, build_step, step_input
+
+    idempotent(_noop_tool(ToolCounter()), InMemoryIdempotencyStore())  # as in the latency run
+    wrapped = not case.endswith("plain") and case != "graph_plain_again"
+    store = InMemoryIdempotencyStore() if wrapped else None
+    same = case.endswith(("replay", "again"))
+    if case.startswith("graph"):
+        graph, _ = build_step(store)
+        message = step_input()
+        threads = (f"t{i}" if not same else "again" for i in itertools.count())
+
+        def call() -> None:
+            graph.invoke(message, {"configurable": {"thread_id": next(threads)}})
+
+    else:
+        tool_call, config = _captured()
+        tool = _noop_tool(ToolCounter())
+        if store is not None:
+            tool = idempotent(tool, store)
+        fresh = (
+            {**config, "configurable": {**config["configurable"], "thread_id": f"t{i}"}}
+            for i in itertools.count()
+        )
+        again = next(fresh)
+
+        def call() -> None:
+            tool.invoke(tool_call, again if same else next(fresh))
+
+    for _ in range(WARMUP):
+        call()
+    gc.collect()
+    gc.disable()
+    pid = str(os.getpid())
+    subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+    for _ in range(calls):
+        call()
+    subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+
+
+def measure(case: str, calls: int, cwd: str | Path | None = None) -> int:
+    """Instructions per call of ``case``, counted by callgrind in a fresh process (``cwd``:
+    the checkout to import ``langchain_idempotent`` and ``benchmarks`` from)."""
+    root = Path(cwd) if cwd is not None else Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="callgrind-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(root)}
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "benchmarks.instructions",
+            "--child",
+            case,
+            "--calls",
+            str(calls),
+        ]
+        done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{case}: callgrind run failed:\n{done.stderr[-2000:]}")
+        found = re.search(r"^totals:\s+(\d+)", out.read_text(), re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"{case}: callgrind wrote no totals")
+        return int(found.group(1)) // calls
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# Instructions per call, in-memory store ({report['date']})",
+        "",
+        f"Command: `{report['command']}` ({report['calls']} counted calls per case after "
+        f"{WARMUP} warm-up calls, each case in its own process under callgrind; the counts "
+        "repeat to within 0.1 % run after run).",
+        "",
+        "| case | instructions per call | × unwrapped |",
+        "|---|---:|---:|",
+    ]
+    counts = report["instructions"]
+    for case, (label, base) in CASES.items():
+        if case not in counts:
+            continue
+        ratio = f"{counts[case] / counts[base]:.3f}×" if base in counts else ""
+        lines.append(f"| {label} | {counts[case]:,} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__)
+    p.add_argument("--calls", type=int, default=100, help="counted calls per case")
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated case ids")
+    p.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    p.add_argument("--name", default="instructions")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        _child(args.child, args.calls)
+        return 0
+    if args.calls < 1:
+        p.error("--calls must be at least 1")
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        p.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    report = started("benchmarks.instructions", argv)
+    report.update(calls=args.calls, instructions={}, problems=[])
+    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    if missing:
+        report["problems"].append(
+            f"{' and '.join(missing)} not found (Debian package valgrind): nothing measured"
+        )
+    else:
+        for case in cases:
+            try:
+                report["instructions"][case] = measure(case, args.calls)
+            except RuntimeError as exc:
+                report["problems"].append(str(exc))
+            print(f"{case}: {report['instructions'].get(case, 'failed')}", file=sys.stderr)
+    return finish(report, args.out, args.name, _markdown, lambda r, path: None)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
