@@ -18,18 +18,22 @@ on a fresh thread (a first run) and again (a replay); and the whole ``graph.invo
 :mod:`benchmarks.graph_step`, unwrapped and wrapped, on fresh threads and again. The
 unwrapped cases run in a process that has wrapped a tool too, as in the latency run (the
 library's tracker of calling tools then sees every tool run). Writes
-``results/instructions.{md,json}``. Without valgrind it says so and exits 1.
+``results/instructions.{md,json}``. ``--against REV`` counts the same cases at another
+commit too (a temporary ``git worktree`` of REV, given this module), side by side. Without
+valgrind it says so and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +82,7 @@ def _child(case: str, calls: int) -> None:
         tool = _noop_tool(ToolCounter())
         if store is not None:
             tool = idempotent(tool, store)
-        fresh = (
+        fresh: Iterator[Any] = (
             {**config, "configurable": {**config["configurable"], "thread_id": f"t{i}"}}
             for i in itertools.count()
         )
@@ -127,6 +131,27 @@ def measure(case: str, calls: int, cwd: str | Path | None = None) -> int:
         return int(found.group(1)) // calls
 
 
+@contextlib.contextmanager
+def _checkout(rev: str) -> Iterator[Path]:
+    """A temporary worktree of ``rev`` holding this module (an older commit may lack it)."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), rev],
+            cwd=root,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            shutil.copy(__file__, tree / "benchmarks" / "instructions.py")
+            yield tree
+        finally:
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True
+            )
+
+
 def _markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Instructions per call, in-memory store ({report['date']})",
@@ -135,16 +160,40 @@ def _markdown(report: dict[str, Any]) -> str:
         f"{WARMUP} warm-up calls, each case in its own process under callgrind; the counts "
         "repeat to within 0.1 % run after run).",
         "",
-        "| case | instructions per call | × unwrapped |",
-        "|---|---:|---:|",
     ]
-    counts = report["instructions"]
+    counts, before, rev = report["instructions"], report.get("against", {}), report.get("rev")
+    if rev:
+        lines += [
+            f"| case | at {rev}: instructions | × unwrapped | now: instructions | × unwrapped |",
+            "|---|---:|---:|---:|---:|",
+        ]
+    else:
+        lines += ["| case | instructions per call | × unwrapped |", "|---|---:|---:|"]
+
+    def cells(got: dict[str, int], case: str, base: str | None) -> str:
+        if case not in got:
+            return " | "
+        ratio = f"{got[case] / got[base]:.3f}×" if base in got else ""
+        return f"{got[case]:,} | {ratio}"
+
     for case, (label, base) in CASES.items():
-        if case not in counts:
+        if case not in counts and case not in before:
             continue
-        ratio = f"{counts[case] / counts[base]:.3f}×" if base in counts else ""
-        lines.append(f"| {label} | {counts[case]:,} | {ratio} |")
+        row = f"| {label} | {cells(before, case, base)} | " if rev else f"| {label} | "
+        lines.append(row + cells(counts, case, base) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _count(
+    report: dict[str, Any], field: str, cases: list[str], calls: int, tree: Path | None
+) -> None:
+    for case in cases:
+        try:
+            report[field][case] = measure(case, calls, tree)
+        except RuntimeError as exc:
+            report["problems"].append(str(exc))
+        where = f" at {report['rev']}" if tree is not None else ""
+        print(f"{case}{where}: {report[field].get(case, 'failed')}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated case ids")
     p.add_argument("--out", default=str(Path(__file__).with_name("results")))
     p.add_argument("--name", default="instructions")
+    p.add_argument("--against", metavar="REV", help="also count the cases at commit REV")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -172,12 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{' and '.join(missing)} not found (Debian package valgrind): nothing measured"
         )
     else:
-        for case in cases:
+        _count(report, "instructions", cases, args.calls, None)
+        if args.against:
+            report.update(rev=args.against, against={})
             try:
-                report["instructions"][case] = measure(case, args.calls)
-            except RuntimeError as exc:
-                report["problems"].append(str(exc))
-            print(f"{case}: {report['instructions'].get(case, 'failed')}", file=sys.stderr)
+                with _checkout(args.against) as tree:
+                    _count(report, "against", cases, args.calls, tree)
+            except subprocess.CalledProcessError as exc:
+                report["problems"].append(
+                    f"could not check out {args.against!r}: {exc.stderr.decode().strip()}"
+                )
     return finish(report, args.out, args.name, _markdown, lambda r, path: None)
 
 

@@ -85,7 +85,7 @@ def test_the_baselines_and_every_available_store_were_measured_in_every_placemen
     quick_run: tuple[int, dict[str, Any], str],
 ) -> None:
     _, report, _ = quick_run
-    rows = ["ping", "raw_ping", "reference", "graph_plain", "ours_memory"]
+    rows = ["ping", "raw_ping", "reference", "graph_plain", "graph_floor", "ours_memory"]
     rows += [r for r in ("ours_redis", "ours_sqlite") if _store_available(r)]
     for e in report["latency"]:
         if e["row"] in rows:
