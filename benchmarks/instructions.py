@@ -66,7 +66,7 @@ def _child(case: str, calls: int) -> None:
     from .graph_step import ToolCounter, _noop_tool, build_step, step_input
 
     idempotent(_noop_tool(ToolCounter()), InMemoryIdempotencyStore())  # as in the latency run
-    wrapped = not case.endswith("plain") and case != "graph_plain_again"
+    wrapped = CASES[case][1] is not None  # a case measured against an unwrapped one
     store = InMemoryIdempotencyStore() if wrapped else None
     same = case.endswith(("replay", "again"))
     if case.startswith("graph"):
