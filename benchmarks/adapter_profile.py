@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
-from langchain_idempotent.tool import IdempotentTool
+from langchain_idempotent.adapters.tool import IdempotentTool
 
 from .graph_step import ToolCounter, _noop_tool, build_step, step_input
 

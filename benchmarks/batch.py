@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest
+from langchain_idempotent.core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 
 __all__ = ["main", "markdown", "run_batch"]
 

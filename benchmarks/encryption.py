@@ -32,8 +32,8 @@ from langchain_idempotent import (
     ResultEncryption,
     SqliteIdempotencyStore,
 )
-from langchain_idempotent.engine import Engine
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import BaseIdempotencyStore
 
 from . import ours
 from .adapter_timing import interleaved

@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from langchain_idempotent.context import side_effect
+from langchain_idempotent.core.context import side_effect
 
 from . import ours
 from .floor import LuaFloor

@@ -13,13 +13,13 @@ from langchain_core.tools import BaseTool
 
 from langchain_idempotent import (
     BaseIdempotencyStore,
-    Engine,
     InMemoryIdempotencyStore,
     Policy,
     RedisIdempotencyStore,
     SqliteIdempotencyStore,
     idempotent,
 )
+from langchain_idempotent.core.engine import Engine
 
 __all__ = ["StoreKind", "make_engine", "make_store", "wrap"]
 

@@ -76,7 +76,8 @@ def _noop() -> dict[str, Any]:
 def _cases(url: str, stack: ExitStack, run_id: str) -> dict[str, Callable[[], object]]:
     from psycopg_pool import ConnectionPool
 
-    from langchain_idempotent import Engine, Policy
+    from langchain_idempotent import Policy
+    from langchain_idempotent.core.engine import Engine
     from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 
     pool: ConnectionPool[Any] = ConnectionPool(
@@ -233,7 +234,8 @@ def _sample(
 
 
 def _throughput_worker(url: str, keys: list[str], barrier: Any, out: Any) -> None:
-    from langchain_idempotent import Engine, Policy
+    from langchain_idempotent import Policy
+    from langchain_idempotent.core.engine import Engine
     from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 
     store = PostgresIdempotencyStore.from_url(url, table="bench_records", max_size=2)

@@ -151,7 +151,7 @@ def _renewal_wakeups(workdir: str) -> str:
 
 def count_wakeups() -> str:
     """In this (fresh) process: renewal-thread notifies per 1000 in-memory first runs."""
-    from langchain_idempotent import heartbeat
+    from langchain_idempotent.core import heartbeat
 
     workdir = ""
     scheduler: Any = getattr(heartbeat, "_scheduler", None)

@@ -96,7 +96,8 @@ class Target:
     executions: list[int] = field(default_factory=lambda: [0])
 
     def engine(self, **policy: Any) -> Any:
-        from langchain_idempotent import Engine, Policy
+        from langchain_idempotent import Policy
+        from langchain_idempotent.core.engine import Engine
 
         return Engine(self.store, Policy(**policy))
 

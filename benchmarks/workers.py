@@ -70,7 +70,8 @@ def _store(backend: str, url: str) -> Any:
 
 
 def _engine(store: Any) -> Any:
-    from langchain_idempotent import Engine, Policy
+    from langchain_idempotent import Policy
+    from langchain_idempotent.core.engine import Engine
 
     return Engine(store, Policy(lease=30, wait_timeout=60))
 

@@ -16,7 +16,7 @@ The example agent
   (``python -m graphs.batch --pipeline``); :mod:`graphs.pipeline_models`, their scripted
   models.
 - :mod:`graphs.remote_agents` — a caller agent that runs the refund agent on another Agent
-  Server once per key (:mod:`langchain_idempotent.remote`), and its plain twin.
+  Server once per key (:mod:`langchain_idempotent.integrations.remote`), and its plain twin.
 
 The baseline
 

@@ -10,7 +10,8 @@ Served by ``langgraph dev`` next to the refund agent (see ``tests/test_remote_ag
 Two assistants, the same graph:
 
 - ``remote_caller``: ``ask_billing_agent`` is wrapped with ``idempotent()`` and its body
-  runs the remote agent with :func:`langchain_idempotent.remote.aidempotent_remote`: the
+  runs the remote agent with
+  :func:`langchain_idempotent.integrations.remote.aidempotent_remote`: the
   remote thread is derived from the call's key, so a retry after a dropped connection
   joins the run it started (or is answered from it) instead of starting another.
 - ``remote_caller_plain``: the same tool without either: a new remote thread and run per
@@ -39,7 +40,7 @@ from langgraph_sdk.client import LangGraphClient
 from langgraph_sdk.errors import APIConnectionError
 
 from langchain_idempotent import BaseIdempotencyStore, idempotent
-from langchain_idempotent.remote import aidempotent_remote
+from langchain_idempotent.integrations.remote import aidempotent_remote
 from langchain_idempotent.settings import store_from_url
 
 __all__ = ["caller", "caller_plain"]

@@ -29,7 +29,7 @@ import httpx
 from langchain_core.tools import BaseTool, tool
 
 from langchain_idempotent import ReconcileCall, get_idempotency_context
-from langchain_idempotent.context import side_effect
+from langchain_idempotent.core.context import side_effect
 
 __all__ = [
     "DEFAULT_TIMEOUT",

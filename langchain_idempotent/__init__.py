@@ -3,8 +3,7 @@
 Layout (``docs/development.md`` has the module map): ``core/`` the record protocol and
 the engine, ``adapters/`` LangChain and LangGraph, ``integrations/`` MCP, remote agents
 and OpenTelemetry, ``stores/`` the backends, ``cli/`` the operator's commands,
-``testing/`` the store contract. The other modules at the root are the public paths of
-moved modules (``langchain_idempotent.tool`` is ``adapters/tool.py``).
+``testing/`` the store contract. Every module has one import path: the one of its file.
 
 Wrap a tool with :func:`idempotent` and every call made inside a graph runs at most once
 per idempotency key (thread, graph path, node, tool and canonical arguments) while leases
@@ -63,23 +62,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = list(_EXPORTS)
 
-#: Names for operators, store authors and the engine's own users, whose home is their
-#: module (``from langchain_idempotent.engine import Engine``,
-#: ``langchain_idempotent.settings.store_from_url``, ``...events.EventCounter``). They are
-#: not part of the face (not in ``__all__`` or ``dir()``), but still resolve here, so code
-#: written against the earlier, 34-name face keeps working.
-_MOVED: dict[str, str] = {
-    "Engine": "core.engine",
-    "EventCounter": "core.events",
-    "EVENT_KINDS": "core.events",
-    "IdempotencySettings": "settings",
-    "store_from_url": "settings",
-    "parse_store_url": "stores._url",
-    "SideEffectMisuseError": "errors",
-}
-
-
-__getattr__, __dir__ = exports(__name__, _EXPORTS, _MOVED)
+__getattr__, __dir__ = exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

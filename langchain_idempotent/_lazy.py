@@ -48,16 +48,15 @@ def needs_extra(exc: ModuleNotFoundError, what: str) -> ImportError | None:
 
 
 def exports(
-    package: str, table: Mapping[str, str], moved: Mapping[str, str] | None = None
+    package: str, table: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of a face: a name of ``table`` (or of ``moved``,
-    which resolve but are not listed) is loaded from its module on first use and kept in
-    the package's namespace; ``dir()`` shows exactly ``table``'s names."""
+    """The ``__getattr__`` and ``__dir__`` of a face: a name of ``table`` is loaded from its
+    module on first use and kept in the package's namespace; ``dir()`` shows exactly
+    ``table``'s names."""
     namespace = sys.modules[package].__dict__
-    also = moved or {}
 
     def __getattr__(name: str) -> Any:
-        module = table.get(name) or also.get(name)
+        module = table.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = load(package, module, name)

@@ -23,8 +23,8 @@ could be derived) and says what to do next::
 
 The last three are for code that uses those features, and live outside the package face:
 ``from langchain_idempotent.errors import SideEffectMisuseError``,
-``langchain_idempotent.approval.NotInGraphError`` and
-``langchain_idempotent.remote.RemoteRunError``.
+``langchain_idempotent.adapters.approval.NotInGraphError`` and
+``langchain_idempotent.integrations.remote.RemoteRunError``.
 
 Expected "no" answers of the store protocol (busy, mismatch, replay) are return values
 inside the engine; these exceptions reach the caller only when the engine gives up.

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from langchain_idempotent import InMemoryIdempotencyStore
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.redis_servers import RedisServer, redis_server_available

@@ -20,8 +20,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
-from langchain_idempotent.approval import decision_key
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.adapters.approval import decision_key
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from tests.support.graphs import (
     Effects,
     ScriptedChatModel,

@@ -25,7 +25,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from langchain_idempotent import IdempotencyMiddleware, idempotent
-from langchain_idempotent.approval import decision_key
+from langchain_idempotent.adapters.approval import decision_key
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.graphs import ScriptedChatModel, on_each_turn, thread, tool_graph
 

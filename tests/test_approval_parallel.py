@@ -27,8 +27,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, interrupt
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.errors import IdempotencyError
-from langchain_idempotent.stores.base import BaseIdempotencyStore
 from tests.support.graphs import (
     Effects,
     ScriptedChatModel,

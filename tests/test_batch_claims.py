@@ -31,11 +31,11 @@ from langchain_idempotent import (
 )
 from langchain_idempotent.adapters import _siblings
 from langchain_idempotent.adapters._call import PendingCall
-from langchain_idempotent.engine import Engine
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.policy import Policy
+from langchain_idempotent.core.record import ClaimOutcome, State
+from langchain_idempotent.core.store import BaseIdempotencyStore, ClaimRequest
 from langchain_idempotent.errors import OutcomeUnknownError
-from langchain_idempotent.policy import Policy
-from langchain_idempotent.record import ClaimOutcome, State
-from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.counting import CountingStore

@@ -27,13 +27,15 @@ import pytest
 import redis
 from langchain_core.messages import ToolMessage
 
-from langchain_idempotent import Engine, Policy, get_idempotency_context, store_from_url
+from langchain_idempotent import Policy, get_idempotency_context
 from langchain_idempotent.cli import URL_HELP, main
 from langchain_idempotent.cli.doctor import diagnose
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import State
+from langchain_idempotent.core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 from langchain_idempotent.errors import StoreUnavailableError
-from langchain_idempotent.record import State
+from langchain_idempotent.settings import store_from_url
 from langchain_idempotent.stores._url import SCHEMES, parse_store_url
-from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
 from langchain_idempotent.stores.postgres._sql import SCHEMA_VERSION
 from langchain_idempotent.stores.redis import RedisIdempotencyStore

@@ -16,9 +16,9 @@ import pytest
 
 from langchain_idempotent import Policy
 from langchain_idempotent.cli import main
-from langchain_idempotent.engine import Engine
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import ClaimRequest
 from langchain_idempotent.settings import store_from_url
-from langchain_idempotent.stores.base import ClaimRequest
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url

@@ -22,7 +22,7 @@ from .support.docs import runnable_snippets
 #: The whole in-memory contract again, in a subprocess: left out of the default run.
 pytestmark = pytest.mark.slow
 
-USERS_TEST_MODULE = '''
+USERS_TEST_MODULE = """
 from collections.abc import Iterator
 
 import pytest
@@ -37,7 +37,7 @@ class TestMyStore(StoreContractTests):
         s = InMemoryIdempotencyStore()
         yield s
         s.close()
-'''
+"""
 
 
 #: The same, on the store docs/stores/index.md writes (the page's snippet, as ``my_store``).

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from langchain_idempotent.events import EVENT_KINDS
-from langchain_idempotent.policy import env_fields, option_names
+from langchain_idempotent.core.events import EVENT_KINDS
+from langchain_idempotent.core.policy import env_fields, option_names
 
 from .support.docs import DOCS, ROOT, Snippet, pages, runnable_snippets, section
 

@@ -36,7 +36,7 @@ from langchain_idempotent import (
     InvalidArgumentsError,
     idempotent,
 )
-from langchain_idempotent.keys import explain_key
+from langchain_idempotent.adapters.keys import explain_key
 from tests.support.agents import ReplyModel, last_tool_result, tool_call
 from tests.support.graphs import ScriptedChatModel, on_each_turn, thread, tool_graph
 

@@ -21,10 +21,10 @@ from langchain_idempotent import (
     idempotency_scope,
     idempotent,
 )
-from langchain_idempotent.context import side_effect
+from langchain_idempotent.core.context import side_effect
+from langchain_idempotent.core.policy import EFFECT_CLASSES
+from langchain_idempotent.core.store import ClaimRequest
 from langchain_idempotent.errors import IdempotencyError, OutcomeUnknownError
-from langchain_idempotent.policy import EFFECT_CLASSES
-from langchain_idempotent.stores.base import ClaimRequest
 from langchain_idempotent.testing import FakeClock
 from tests.support.graphs import Effects, ScriptedChatModel, on_each_turn, thread
 

@@ -21,8 +21,8 @@ from langchain_idempotent import (
     SqliteIdempotencyStore,
     idempotent,
 )
-from langchain_idempotent.engine import Engine
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 from tests.support.raw_records import get_payload, set_payload
 
@@ -264,7 +264,7 @@ def test_the_middleware_seals_too() -> None:
 
 
 def test_a_payload_is_bound_to_its_namespace_and_kind() -> None:
-    from langchain_idempotent.serde import ResultSerializer
+    from langchain_idempotent.core.serde import ResultSerializer
 
     a = ResultSerializer(encryption=KEYS, namespace="tenant-a")
     b = ResultSerializer(encryption=KEYS, namespace="tenant-b")

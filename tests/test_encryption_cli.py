@@ -13,7 +13,7 @@ import pytest
 from langchain_core.tools import tool
 
 from langchain_idempotent import CorruptRecordError, Policy, ResultEncryption, idempotent
-from langchain_idempotent.engine import Engine
+from langchain_idempotent.core.engine import Engine
 from langchain_idempotent.stores._reseal import replace_payload
 from tests.support.raw_records import get_payload
 from tests.test_cli import Backend, backend, pg_server, pg_table, pg_url, run

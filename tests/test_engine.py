@@ -11,8 +11,6 @@ import pytest
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 
 from langchain_idempotent import (
-    Engine,
-    EventCounter,
     IdempotencyContext,
     IdempotencyEvent,
     InMemoryIdempotencyStore,
@@ -24,9 +22,10 @@ from langchain_idempotent import (
     StoreUnavailableError,
     get_idempotency_context,
 )
-from langchain_idempotent.engine import Unmemoized
-from langchain_idempotent.record import Claim, ClaimOutcome, State
-from langchain_idempotent.stores.base import ClaimRequest
+from langchain_idempotent.core.engine import Engine, Unmemoized
+from langchain_idempotent.core.events import EventCounter
+from langchain_idempotent.core.record import Claim, ClaimOutcome, State
+from langchain_idempotent.core.store import ClaimRequest
 
 
 class Refused(Exception):
@@ -447,7 +446,7 @@ def test_the_engine_does_not_import_langgraph() -> None:
     import ast
     import inspect
 
-    import langchain_idempotent.engine as engine_module
+    import langchain_idempotent.core.engine as engine_module
 
     tree = ast.parse(inspect.getsource(engine_module))
     imported = {

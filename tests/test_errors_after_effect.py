@@ -43,7 +43,7 @@ from langchain_idempotent import (
     get_idempotency_context,
     idempotent,
 )
-from langchain_idempotent.context import side_effect
+from langchain_idempotent.core.context import side_effect
 from langchain_idempotent.errors import OutcomeUnknownError
 from tests.support.billing_server import FAULTS, BillingServer, Fault
 

@@ -18,18 +18,18 @@ from typing import Any
 import pytest
 
 from langchain_idempotent import (
-    EVENT_KINDS,
     CorruptRecordError,
-    Engine,
     IdempotencyEvent,
     InMemoryIdempotencyStore,
     PayloadMismatchError,
     Policy,
     StoreUnavailableError,
 )
-from langchain_idempotent.record import Completion
-from langchain_idempotent.serde import ResultSerializer
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.events import EVENT_KINDS
+from langchain_idempotent.core.record import Completion
+from langchain_idempotent.core.serde import ResultSerializer
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest
 
 KEY = "k-1"
 TOOL = "issue_refund"
@@ -342,7 +342,7 @@ def test_events_are_logged_to_langchain_idempotent_at_their_level(
 def test_the_library_installs_no_log_handler() -> None:
     import langchain_idempotent.cli
     import langchain_idempotent.cli.doctor
-    import langchain_idempotent.otel
+    import langchain_idempotent.integrations.otel
     import langchain_idempotent.stores.redis
     import langchain_idempotent.stores.sqlite  # noqa: F401
 
@@ -356,7 +356,7 @@ def test_the_library_installs_no_log_handler() -> None:
 
 
 def test_every_event_kind_has_one_row_a_log_level_and_a_line_in_the_docs() -> None:
-    from langchain_idempotent import events
+    from langchain_idempotent.core import events
 
     assert set(events._KINDS) == set(EVENT_KINDS) and len(EVENT_KINDS) == len(events._KINDS)
     assert set(EVENT_KINDS) - {"claim", "complete", "release"} == events.SURFACED_KINDS

@@ -70,7 +70,7 @@ def build(workdir: Path, role: str) -> tuple[Any, Any, Any]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from langchain_idempotent import idempotent
-    from langchain_idempotent.record import Claim
+    from langchain_idempotent.core.record import Claim
     from langchain_idempotent.stores import ClaimRequest, SqliteIdempotencyStore
     from tests.support.graphs import ScriptedChatModel, on_each_turn, tool_graph
 

@@ -7,7 +7,7 @@ import threading
 import time
 import weakref
 
-from langchain_idempotent.heartbeat import _SWEEP_AT, Renewal, _Scheduler
+from langchain_idempotent.core.heartbeat import _SWEEP_AT, Renewal, _Scheduler
 
 
 class _Call:

@@ -17,8 +17,8 @@ from langchain_idempotent import (
     MissingScopeError,
     idempotency_scope,
 )
-from langchain_idempotent.canonical import canonical_json
-from langchain_idempotent.keys import CallInfo, call_info, derive_key, graph_path
+from langchain_idempotent.adapters.keys import CallInfo, call_info, derive_key, graph_path
+from langchain_idempotent.core.canonical import canonical_json
 
 json_scalars = st.one_of(
     st.none(),

@@ -32,8 +32,13 @@ from langchain_idempotent import (
     idempotency_scope,
     idempotent,
 )
+from langchain_idempotent.integrations.mcp import (
+    CAPABILITY,
+    EXTENSION,
+    META_PREFIX,
+    with_idempotency_key,
+)
 from langchain_idempotent.integrations.mcp._compat import MCP_MAJOR, MCPError
-from langchain_idempotent.mcp import CAPABILITY, EXTENSION, META_PREFIX, with_idempotency_key
 from tests.support.mcp_bank import Bank, bank, retried
 
 KEY = META_PREFIX + "key"
@@ -359,7 +364,7 @@ def test_a_protected_tool_that_may_run_as_a_background_task_is_refused_at_instal
         pytest.importorskip("docket", reason="fastmcp 3's background tasks need fastmcp[tasks]")
     from fastmcp import FastMCP
 
-    from langchain_idempotent.mcp import McpIdempotency
+    from langchain_idempotent.integrations.mcp import McpIdempotency
 
     server: Any = FastMCP("tasks")
 

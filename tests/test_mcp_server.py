@@ -21,7 +21,7 @@ from mcp import types
 from mcp.shared.exceptions import McpError
 
 from langchain_idempotent import StoreUnavailableError, idempotency_scope
-from langchain_idempotent.mcp import CAPABILITY, META_PREFIX
+from langchain_idempotent.integrations.mcp import CAPABILITY, META_PREFIX
 from tests.support.mcp_bank import Bank
 from tests.support.processes import free_port
 

@@ -10,8 +10,12 @@ from langchain_mcp_adapters.client import MultiServerMCPClient
 
 from langchain_idempotent import InMemoryIdempotencyStore
 from langchain_idempotent.errors import InProgressError, PayloadMismatchError
+from langchain_idempotent.integrations.mcp import (
+    MAX_KEY_LENGTH,
+    IdempotencyKeyInterceptor,
+    McpIdempotency,
+)
 from langchain_idempotent.integrations.mcp._wire import check_key, check_prefix, error_for
-from langchain_idempotent.mcp import MAX_KEY_LENGTH, IdempotencyKeyInterceptor, McpIdempotency
 
 STDIO = {"transport": "stdio", "command": "python", "args": ["server.py"]}
 HTTP = {"transport": "streamable_http", "url": "http://127.0.0.1:9/mcp"}

@@ -14,8 +14,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+from langchain_idempotent.adapters.keys import explain_key
 from langchain_idempotent.cli import main
-from langchain_idempotent.keys import explain_key
 from tests.support.agents import Ledger, refund_tool
 from tests.support.graphs import ScriptedChatModel, on_each_turn, thread, tool_graph
 

@@ -25,7 +25,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import RetryPolicy, Send
 
 from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, idempotent
-from langchain_idempotent.keys import AgentCollisionWarning, CallInfo, graph_path
+from langchain_idempotent.adapters.keys import AgentCollisionWarning, CallInfo, graph_path
 from tests.support.agents import (
     GatewayError,
     Ledger,

@@ -18,15 +18,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from opentelemetry.trace import StatusCode
 
 from langchain_idempotent import (
-    Engine,
     IdempotencyEvent,
     InMemoryIdempotencyStore,
     Policy,
     StoreUnavailableError,
 )
-from langchain_idempotent.otel import OpenTelemetryHook, event_attributes
-from langchain_idempotent.record import Claim
-from langchain_idempotent.stores.base import ClaimRequest
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import Claim
+from langchain_idempotent.core.store import ClaimRequest
+from langchain_idempotent.integrations.otel import OpenTelemetryHook, event_attributes
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_without_opentelemetry_installed_the_hook_says_what_to_install(
     for name in [m for m in sys.modules if m == "opentelemetry" or m.startswith("opentelemetry.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import now fails
-    import langchain_idempotent.otel as otel
+    import langchain_idempotent.integrations.otel as otel
 
     otel = importlib.reload(otel)  # the module itself imports without opentelemetry
     assert otel.otel_available() is False

@@ -27,7 +27,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from langchain_idempotent import (
-    Engine,
     InMemoryIdempotencyStore,
     OutcomeUnknownError,
     PayloadMismatchError,
@@ -37,8 +36,9 @@ from langchain_idempotent import (
     StoreUnavailableError,
     idempotent,
 )
-from langchain_idempotent.otel import OUTCOMES, OpenTelemetryHook
-from langchain_idempotent.stores.base import ClaimRequest, Held
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import ClaimRequest, Held
+from langchain_idempotent.integrations.otel import OUTCOMES, OpenTelemetryHook
 from tests.support.graphs import thread
 
 Points = dict[tuple[str, frozenset[tuple[str, Any]]], Any]

@@ -18,14 +18,14 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, start_http_server
 
 from langchain_idempotent import (
-    Engine,
     IdempotencyEvent,
     InMemoryIdempotencyStore,
     Policy,
     StoreUnavailableError,
 )
-from langchain_idempotent.otel import OpenTelemetryHook
-from langchain_idempotent.stores.base import ClaimRequest, Held
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import ClaimRequest, Held
+from langchain_idempotent.integrations.otel import OpenTelemetryHook
 
 from .support.docs import DOCS
 

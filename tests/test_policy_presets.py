@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langchain_idempotent import Policy
-from langchain_idempotent.keys import CallInfo
-from langchain_idempotent.policy import EFFECT_CLASSES, option_names, preset
+from langchain_idempotent.adapters.keys import CallInfo
+from langchain_idempotent.core.policy import EFFECT_CLASSES, option_names, preset
 
 
 def _asks_above_500(call: CallInfo) -> bool:

@@ -10,7 +10,7 @@ import time
 
 import psycopg
 
-from langchain_idempotent.stores.base import ClaimRequest
+from langchain_idempotent.core.store import ClaimRequest
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 

@@ -21,8 +21,8 @@ from langchain_idempotent import (
     idempotency_scope,
     idempotent,
 )
+from langchain_idempotent.core.record import State
 from langchain_idempotent.errors import LeaseLostError
-from langchain_idempotent.record import State
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 

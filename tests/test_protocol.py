@@ -1,4 +1,5 @@
-"""The pure decision table of :mod:`langchain_idempotent.protocol`, row by row and as properties.
+"""The pure decision table of :mod:`langchain_idempotent.core.protocol`, row by row and as
+properties.
 
 The unit tests pin every row of the claim/renew/complete/release tables; the hypothesis
 tests drive random sequences of operations by several owners over a moving clock (leases
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langchain_idempotent.protocol import (
+from langchain_idempotent.core.protocol import (
     decide_abandon,
     decide_claim,
     decide_complete,
@@ -24,7 +25,7 @@ from langchain_idempotent.protocol import (
     decide_release,
     decide_renew,
 )
-from langchain_idempotent.record import (
+from langchain_idempotent.core.record import (
     FORMAT_VERSION,
     Claim,
     ClaimOutcome,

@@ -71,8 +71,8 @@ def test_every_public_name_resolves_to_the_object_its_module_defines(name: str) 
     assert vars(langchain_idempotent)[name] is value  # cached: later uses skip the loader
 
 
-#: What only store authors use: importable from ``langchain_idempotent.stores``, not the root.
-STORE_AUTHORS_ONLY = {"ClaimRequest", "CompleteRequest", "Held"}
+#: What only store authors and operators use: in ``langchain_idempotent.stores``, not the root.
+STORE_AUTHORS_ONLY = {"ClaimRequest", "CompleteRequest", "Held", "parse_store_url"}
 
 
 @pytest.mark.parametrize(
@@ -90,26 +90,20 @@ def test_the_store_authors_names_live_in_the_stores_package_only() -> None:
         assert getattr(langchain_idempotent.stores, name) is not None
 
 
-def test_every_error_is_public_and_every_public_error_derives_from_idempotency_error() -> None:
+def test_every_error_derives_from_idempotency_error_and_all_but_one_are_on_the_face() -> None:
     from langchain_idempotent import errors
 
-    # On the face, or (a programming error few callers catch) resolvable from it.
-    assert set(errors.__all__) <= set(langchain_idempotent.__all__) | set(
-        langchain_idempotent._MOVED
-    )
+    # SideEffectMisuseError is a programming error few callers catch: it lives in errors.
+    assert set(errors.__all__) - set(langchain_idempotent.__all__) == {"SideEffectMisuseError"}
     for name in errors.__all__:
-        assert issubclass(
-            getattr(langchain_idempotent, name), langchain_idempotent.IdempotencyError
-        )
+        assert issubclass(getattr(errors, name), errors.IdempotencyError)
 
 
-def test_the_face_is_at_most_29_names_and_the_moved_ones_live_in_their_modules() -> None:
+def test_the_face_is_at_most_29_names_and_nothing_else_resolves_on_it() -> None:
     # 28 names, and ResultEncryption (records at rest, issue 30): a user passes it in code.
     assert len(langchain_idempotent.__all__) <= 29
-    for name, module in langchain_idempotent._MOVED.items():
-        assert name not in langchain_idempotent.__all__ and name not in dir(langchain_idempotent)
-        home = importlib.import_module(f"langchain_idempotent.{module}")
-        assert getattr(langchain_idempotent, name) is getattr(home, name)  # still resolves
+    for name in ("Engine", "EventCounter", "IdempotencySettings", "store_from_url"):
+        assert not hasattr(langchain_idempotent, name)  # one address: their own module
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
@@ -147,8 +141,8 @@ FOREIGN_MODULES = [
     "langchain.agents.middleware",
     # our own public submodules, named in the README by their module
     "langchain_idempotent.testing",
-    "langchain_idempotent.mcp",
-    "langchain_idempotent.keys",  # CallInfo's Scope and KeyFunction (docs/keys.md)
+    "langchain_idempotent.integrations.mcp",
+    "langchain_idempotent.adapters.keys",  # CallInfo's Scope and KeyFunction (docs/keys.md)
     # langchain-tests' standard tool classes (docs/peer-suites.md)
     "langchain_tests.unit_tests",
     "langchain_tests.integration_tests",
@@ -159,13 +153,13 @@ FOREIGN_MODULES = [
     "mcp.server.mcpserver",  # ... renamed MCPServer in mcp 2: whichever is installed
     "mcp.server.lowlevel",
     "fastmcp",
-    "langchain_idempotent.remote",
+    "langchain_idempotent.integrations.remote",
     "langgraph.pregel.remote",
-    "langchain_idempotent.engine",
-    "langchain_idempotent.events",
+    "langchain_idempotent.core.engine",
+    "langchain_idempotent.core.events",
     "langchain_idempotent.settings",
     "langchain_idempotent.errors",
-    "langchain_idempotent.approval",
+    "langchain_idempotent.adapters.approval",
 ]
 
 
@@ -247,7 +241,7 @@ HEAVY = ["langgraph", "langchain", "langchain_core", "redis", "pydantic_settings
     [
         "import langchain_idempotent",
         "from langchain_idempotent import IdempotencyError, MissingScopeError",
-        "from langchain_idempotent.policy import Policy",  # the approval setting is in it
+        "from langchain_idempotent.core.policy import Policy",  # the approval setting is in it
     ],
 )
 def test_importing_the_package_loads_no_heavy_dependency(statement: str) -> None:
@@ -278,7 +272,10 @@ print(loaded)
 
 @pytest.mark.parametrize(
     "module",
-    [f"langchain_idempotent.{name}" for name in ("engine", "serde", "mcp.server")],
+    [
+        f"langchain_idempotent.{name}"
+        for name in ("core.engine", "core.serde", "integrations.mcp.server")
+    ],
 )
 def test_the_engine_and_the_mcp_server_load_no_langchain(module: str) -> None:
     if module.endswith(".mcp.server"):
@@ -291,7 +288,7 @@ def test_the_engine_and_the_mcp_server_load_no_langchain(module: str) -> None:
 def test_an_engine_runs_and_replays_a_call_without_loading_langchain() -> None:
     run_twice = textwrap.dedent(
         """
-        from langchain_idempotent.engine import Engine
+        from langchain_idempotent.core.engine import Engine
         from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
 
         engine = Engine(InMemoryIdempotencyStore())
@@ -314,7 +311,7 @@ def test_the_store_base_and_the_embedded_stores_do_not_import_redis() -> None:
     proc = _python(
         """
         import sys
-        from langchain_idempotent.stores.base import BaseIdempotencyStore
+        from langchain_idempotent.core.store import BaseIdempotencyStore
         from langchain_idempotent import InMemoryIdempotencyStore, SqliteIdempotencyStore
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("redis", "psycopg")))
         """

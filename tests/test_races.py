@@ -37,7 +37,6 @@ from typing import Any
 import pytest
 
 from langchain_idempotent import (
-    Engine,
     IdempotencyError,
     IdempotencyEvent,
     InMemoryIdempotencyStore,
@@ -45,9 +44,10 @@ from langchain_idempotent import (
     Policy,
     get_idempotency_context,
 )
-from langchain_idempotent.heartbeat import schedule_renewal
-from langchain_idempotent.record import Claim, ClaimOutcome, State
-from langchain_idempotent.stores.base import ClaimRequest
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.heartbeat import schedule_renewal
+from langchain_idempotent.core.record import Claim, ClaimOutcome, State
+from langchain_idempotent.core.store import ClaimRequest
 from langchain_idempotent.stores.redis._scripts import _CLAIM_SCRIPT
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_stopped

@@ -28,7 +28,6 @@ from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_idempotent import (
-    EventCounter,
     IdempotencyMiddleware,
     InMemoryIdempotencyStore,
     OutcomeUnknownError,
@@ -37,8 +36,9 @@ from langchain_idempotent import (
     get_idempotency_context,
     idempotent,
 )
-from langchain_idempotent.record import State
-from langchain_idempotent.stores.base import (
+from langchain_idempotent.core.events import EventCounter
+from langchain_idempotent.core.record import State
+from langchain_idempotent.core.store import (
     BaseIdempotencyStore,
     ClaimRequest,
     CompleteRequest,

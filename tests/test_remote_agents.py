@@ -1,7 +1,7 @@
 """Remote agents as effects: a caller agent on one real ``langgraph dev`` server runs the
 refund agent on a second one, through a proxy that drops the connection after the remote
-run was created. With :mod:`langchain_idempotent.remote` the caller's retry joins that run
-(1 remote run, 1 refund); without it the retry starts another (2 runs, 2 refunds).
+run was created. With :mod:`langchain_idempotent.integrations.remote` the caller's retry joins
+that run (1 remote run, 1 refund); without it the retry starts another (2 runs, 2 refunds).
 
 Two servers per module (startup is slow): ``billing`` (server B, the plain refund agent,
 whose tools are not protected, so every remote run that reaches the provider pays) and
@@ -23,7 +23,7 @@ import pytest
 
 from graphs.provider import Invoice, PaymentProvider
 from langchain_idempotent import PayloadMismatchError
-from langchain_idempotent.remote import (
+from langchain_idempotent.integrations.remote import (
     FINGERPRINT_METADATA,
     KEY_METADATA,
     RemoteRunError,
@@ -189,7 +189,7 @@ async def test_concurrent_calls_with_one_key_share_one_remote_run(
         )
         assert servers.refunds(i) == 2
         return
-    from langchain_idempotent.remote import aidempotent_remote
+    from langchain_idempotent.integrations.remote import aidempotent_remote
 
     first, second = await asyncio.gather(
         *(

@@ -41,8 +41,8 @@ from langchain_idempotent import (
     idempotent,
 )
 from langchain_idempotent.cli import main as cli_main
-from langchain_idempotent.serde import ResultSerializer
-from langchain_idempotent.stores.base import BaseIdempotencyStore, ClaimRequest, CompleteRequest
+from langchain_idempotent.core.serde import ResultSerializer
+from langchain_idempotent.core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 

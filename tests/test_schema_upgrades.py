@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from langchain_idempotent import Policy, StoreUnavailableError
-from langchain_idempotent.engine import Engine
+from langchain_idempotent.core.engine import Engine
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.postgres import _sql as pg_sql
 from langchain_idempotent.stores.sqlite import _schema as sqlite_schema
@@ -259,8 +259,8 @@ def test_an_upgraded_version_1_table_names_an_error_abandons_exception_type(
 ) -> None:
     """The last version-1 layout, upgraded by setup(): its claim function now passes on
     the type of the exception an error after the side effect began was abandoned with."""
-    from langchain_idempotent.record import ClaimOutcome
-    from langchain_idempotent.stores.base import ClaimRequest, Held
+    from langchain_idempotent.core.record import ClaimOutcome
+    from langchain_idempotent.core.store import ClaimRequest, Held
 
     table = "idem_err"
     _load_pg(database, layout, table)

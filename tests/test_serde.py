@@ -22,13 +22,13 @@ from pydantic import BaseModel
 
 from langchain_idempotent import (
     CorruptRecordError,
-    Engine,
     InMemoryIdempotencyStore,
     Policy,
     ResultTooLargeError,
     UnstorableResultError,
 )
-from langchain_idempotent.serde import ResultSerializer
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.serde import ResultSerializer
 
 
 class Receipt(BaseModel):

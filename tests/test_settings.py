@@ -12,16 +12,9 @@ from typing import Any
 import pytest
 from langchain_core.tools import tool
 
-from langchain_idempotent import (
-    IdempotencyMiddleware,
-    IdempotencySettings,
-    InMemoryIdempotencyStore,
-    Policy,
-    idempotent,
-    store_from_url,
-)
-from langchain_idempotent.policy import PolicyOptions, env_fields, option_names
-from langchain_idempotent.settings import store_from_env
+from langchain_idempotent import IdempotencyMiddleware, InMemoryIdempotencyStore, Policy, idempotent
+from langchain_idempotent.core.policy import PolicyOptions, env_fields, option_names
+from langchain_idempotent.settings import IdempotencySettings, store_from_env, store_from_url
 
 
 @tool

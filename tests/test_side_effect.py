@@ -16,17 +16,18 @@ from typing import Any
 import pytest
 from langchain_core.tools import tool
 
-from langchain_idempotent import Engine, InMemoryIdempotencyStore, Policy, idempotent
-from langchain_idempotent.context import get_idempotency_context, side_effect
+from langchain_idempotent import InMemoryIdempotencyStore, Policy, idempotent
+from langchain_idempotent.core.context import get_idempotency_context, side_effect
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.events import IdempotencyEvent
+from langchain_idempotent.core.reconcile import ReconcileCall
+from langchain_idempotent.core.store import ClaimRequest, Held
 from langchain_idempotent.errors import (
     IdempotencyError,
     LeaseLostError,
     OutcomeUnknownError,
     SideEffectMisuseError,
 )
-from langchain_idempotent.events import IdempotencyEvent
-from langchain_idempotent.reconcile import ReconcileCall
-from langchain_idempotent.stores.base import ClaimRequest, Held
 from langchain_idempotent.testing import FakeClock
 
 LEASE_S = 5.0
@@ -449,7 +450,7 @@ def test_a_handled_error_after_the_block_keeps_the_key_uncertain(boundary: bool)
     """An error already turned into a message (the middleware's view of a ToolNode that
     handles tool errors) leaves the key as the exception would have: uncertain once the
     block was entered, released (a free retry) by a tool that marks no boundary."""
-    from langchain_idempotent.engine import Unmemoized
+    from langchain_idempotent.core.engine import Unmemoized
 
     w = World()
     engine = w.engine(boundary=boundary)

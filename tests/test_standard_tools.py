@@ -27,13 +27,8 @@ from langchain_tests.integration_tests import ToolsIntegrationTests
 from langchain_tests.unit_tests import ToolsUnitTests
 from pydantic.json_schema import SkipJsonSchema
 
-from langchain_idempotent import (
-    Engine,
-    IdempotentTool,
-    InMemoryIdempotencyStore,
-    Policy,
-    idempotency_scope,
-)
+from langchain_idempotent import IdempotentTool, InMemoryIdempotencyStore, Policy, idempotency_scope
+from langchain_idempotent.core.engine import Engine
 
 
 @tool

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from langchain_idempotent.record import Claim, ClaimOutcome
+from langchain_idempotent.core.record import Claim, ClaimOutcome
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest
 from langchain_idempotent.stores import InMemoryIdempotencyStore
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest
 from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 

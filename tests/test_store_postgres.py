@@ -18,9 +18,9 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from langchain_idempotent.core.record import Claim, ClaimOutcome, Completion
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
-from langchain_idempotent.record import Claim, ClaimOutcome, Completion
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.postgres import _listen as pg_listen
 from langchain_idempotent.stores.postgres import _sql as pg_sql

@@ -26,10 +26,10 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
+from langchain_idempotent.core.record import ClaimOutcome, State
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
-from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.stores.redis import _scripts as redis_scripts
 from langchain_idempotent.testing import StoreContractTests
 from tests.support.redis_servers import RedisCluster, RedisSentinel, RedisServer, free_port

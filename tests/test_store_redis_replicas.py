@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 import redis
 
-from langchain_idempotent import Engine, Policy
+from langchain_idempotent import Policy
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.events import IdempotencyEvent
+from langchain_idempotent.core.record import ClaimOutcome, State
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.errors import StoreUnavailableError
-from langchain_idempotent.events import IdempotencyEvent
-from langchain_idempotent.record import ClaimOutcome, State
 from langchain_idempotent.stores import RedisIdempotencyStore
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from tests.support.redis_servers import RedisServer, wait_replicating
 
 pytestmark = pytest.mark.redis

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from langchain_idempotent.core.record import ClaimOutcome, Completion, State
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
-from langchain_idempotent.record import ClaimOutcome, Completion, State
 from langchain_idempotent.stores import SqliteIdempotencyStore
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest, Held
 from langchain_idempotent.stores.sqlite import _store as sqlite_module
 from langchain_idempotent.testing import FakeClock, StoreContractTests
 

@@ -12,14 +12,14 @@ from datetime import timedelta
 import pytest
 
 from langchain_idempotent import (
-    Engine,
     IdempotencyEvent,
     InMemoryIdempotencyStore,
     InProgressError,
     OutcomeUnknownError,
     Policy,
 )
-from langchain_idempotent.stores.base import ClaimRequest
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import ClaimRequest
 
 
 def test_wait_timeout_none_means_no_deadline_and_other_values_are_unchanged() -> None:

@@ -2,7 +2,7 @@
 
 A :class:`PendingCall` is built from what a call is (tool name, model-visible schema,
 input, ``tool_call_id``, config and policy): it derives the key, runs the call through
-the :class:`~langchain_idempotent.engine.Engine` (sync or async), watches the engine's
+the :class:`~langchain_idempotent.core.engine.Engine` (sync or async), watches the engine's
 events, points a replayed ``ToolMessage`` / ``Command`` at the current call, and
 dispatches the decisions worth seeing (replay, wait, takeover, ...) as callback events
 named ``idempotency.<kind>``.
@@ -126,7 +126,7 @@ class PendingCall:
     ) -> PendingCall | None:
         """The call's key, or ``None`` when ``args`` do not fit ``schema`` (the tool then
         reports them as it always does). ``params`` are the tool's injected parameters,
-        whose inputs enter the key (:func:`~langchain_idempotent.keys.key_inputs`; the
+        whose inputs enter the key (:func:`~langchain_idempotent.adapters.keys.key_inputs`; the
         graph ``state`` they are read from, when the arguments do not carry them). A
         missing scope, a whole-state tool with no ``key_state`` and an injected input with
         no canonical form are raised loud (:func:`~langchain_idempotent.adapters._compat.loud`):

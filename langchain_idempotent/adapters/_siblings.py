@@ -3,7 +3,7 @@
 A model that asks for N tools at once writes one ``AIMessage`` with N tool calls; LangGraph
 runs them in one step, at once (``ToolNode`` maps them over a thread pool or gathers them;
 ``create_agent`` sends each as its own task of the same step). Each call reaches its
-adapter (:class:`~langchain_idempotent.tool.IdempotentTool` or the middleware) on its own.
+adapter (:class:`~langchain_idempotent.adapters.tool.IdempotentTool` or the middleware) on its own.
 
 How siblings find each other, deterministically: every call of the step sees the same
 message (the graph state's messages, the middleware's ``request.state``), so each computes
@@ -13,10 +13,10 @@ sibling on its store among the tools of its step (the list of tools wrapped with
 ``idempotent([...])``, which is what a ``ToolNode`` is built from; for the middleware, the
 tools of the call's ``request.runtime`` that it names), makes one
 :meth:`~langchain_idempotent.stores.BaseIdempotencyStore.claim_many` of each sibling's
-own claim (:meth:`~langchain_idempotent.engine.Engine.claim_request` of the engine that
+own claim (:meth:`~langchain_idempotent.core.engine.Engine.claim_request` of the engine that
 runs it, with a fresh owner token), and files the answers under their keys. Every call
 (the leader too) then takes its own answer — the first one filed under its key — and
-hands it to the engine as :class:`~langchain_idempotent.engine.Claimed`: the engine's first
+hands it to the engine as :class:`~langchain_idempotent.core.engine.Claimed`: the engine's first
 claim is answered without a round trip (a replay costs nothing more; a busy key waits and
 claims again as usual). A call takes a claim only if it was made with a request equal to
 its own (owner token aside): any other is given back and the call claims on its own, under

@@ -1,8 +1,8 @@
 """Human approval bound to the exact call: ask once per effect, run once, never memoize a "no".
 
 A call that needs approval (``approval=True``, or a predicate over its
-:class:`~langchain_idempotent.keys.CallInfo` that returns true; see
-:func:`~langchain_idempotent.policy.needs_approval`) is decided *before* it claims its key,
+:class:`~langchain_idempotent.adapters.keys.CallInfo` that returns true; see
+:func:`~langchain_idempotent.core.policy.needs_approval`) is decided *before* it claims its key,
 by one flow (:func:`flow`) that both drivers (:func:`decide`, :func:`adecide`) run:
 
 1. its effect already completed (or failed terminally) → replay, no question;

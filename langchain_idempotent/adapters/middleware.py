@@ -72,7 +72,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     a human before each new effect of the named tools, once per key, in the format
     ``interrupt_mode`` names as ``HumanInTheLoopMiddleware`` does: ``"batched"`` (a
     ``HITLRequest``) or ``"per_call"`` (a ``ToolApprovalRequest`` with a
-    ``response_schema``); see :mod:`langchain_idempotent.approval`. Use it instead of
+    ``response_schema``); see :mod:`langchain_idempotent.adapters.approval`. Use it instead of
     ``HumanInTheLoopMiddleware`` for effectful tools; that one stays fine for the others.
 
     A named tool that reads the graph state and returns a ``Command`` (a handoff) is

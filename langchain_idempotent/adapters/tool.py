@@ -9,7 +9,7 @@ LangChain formats the result (``ToolMessage``, ``content_and_artifact``) and han
 as the inner tool is configured to. A tool whose class overrides ``invoke`` or ``run`` is
 invoked with the full ``ToolCall`` envelope instead. The wrapper holds no storage code: it
 hands the call to :mod:`._call` (shared with the middleware), which derives the key and
-lets the :class:`~langchain_idempotent.engine.Engine` run it.
+lets the :class:`~langchain_idempotent.core.engine.Engine` run it.
 
 What is stored is what the tool returned (its content, ``(content, artifact)``, or its
 own ``ToolMessage`` / ``Command``), so a replay is formatted for the current call; a
@@ -526,7 +526,7 @@ def idempotent(
     (``SqliteIdempotencyStore("records.db")``, ``RedisIdempotencyStore.from_url(url)``,
     ``InMemoryIdempotencyStore()`` in tests, or ``store_from_env()`` for the one the
     ``IDEMPOTENCY_*`` variables configure). ``policy`` is a whole
-    :class:`~langchain_idempotent.policy.Policy` (e.g. ``Policy.from_env()``); the keyword
+    :class:`~langchain_idempotent.core.policy.Policy` (e.g. ``Policy.from_env()``); the keyword
     ``options`` are its fields (``lease``, ``ttl``, ``wait_timeout``, ``on_expired``,
     ``fail_open``, ``terminal_exceptions``, ``allowed_types``, ``namespace``, ``scope``,
     ``approval``, ``reconcile``, ...) and win over ``policy``; an unknown name is a
@@ -535,9 +535,9 @@ def idempotent(
     ``approval=True`` (or a predicate of the call, e.g. ``lambda call:
     call.args["amount"] > 500``) asks a human through LangGraph's ``interrupt()`` before
     each new effect, once per key, in the format ``interrupt_mode`` names (``"batched"``
-    or ``"per_call"``; see :mod:`langchain_idempotent.approval`).
+    or ``"per_call"``; see :mod:`langchain_idempotent.adapters.approval`).
     ``reconcile=fn`` is asked on every takeover of a call whose outcome is unknown (see
-    :mod:`langchain_idempotent.reconcile`).
+    :mod:`langchain_idempotent.core.reconcile`).
 
     A tool that reads the graph state and returns a ``Command`` (a handoff; deepagents'
     ``task``) is refused unless ``handoff="rerun"`` (run it on every call, no record) or

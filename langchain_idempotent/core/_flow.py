@@ -1,6 +1,6 @@
 """The flow of one call: claim, run, complete — the decisions, with no store I/O.
 
-:class:`Flow` is the half of :class:`~langchain_idempotent.engine.Engine` that decides:
+:class:`Flow` is the half of :class:`~langchain_idempotent.core.engine.Engine` that decides:
 one generator, :meth:`Flow._flow`, yields *steps* (claim, watch, run, complete, release,
 abandon, reconcile; :mod:`._steps`) and receives their results, raising or returning the
 call's answer. It emits events and reads the monotonic clock for the wait deadline, and

@@ -1,4 +1,4 @@
-"""The steps :meth:`Engine._flow <langchain_idempotent.engine.Engine._flow>` yields to its
+"""The steps :meth:`Engine._flow <langchain_idempotent.core.engine.Engine._flow>` yields to its
 driver, and what the drivers answer: plain frozen data, no behaviour.
 
 The flow yields a step (claim, watch, run, complete, release, abandon, reconcile); the
@@ -108,8 +108,9 @@ class _Answer:
 
 @dataclass(frozen=True, slots=True)
 class _Call:
-    #: The call's claim, built once (:meth:`~langchain_idempotent.engine.Engine.claim_request`):
-    #: its key, owner token, fingerprint and meta are the call's.
+    #: The call's claim, built once
+    #: (:meth:`~langchain_idempotent.core.engine.Engine.claim_request`): its key, owner
+    #: token, fingerprint and meta are the call's.
     request: ClaimRequest
     tool: str | None
     observer: EventHook | None

@@ -139,7 +139,7 @@ class Engine(Flow):
     """Runs actions at most once per key (while leases are honoured) and replays results.
 
     ``Engine(store, policy).run(key, fingerprint=fp, action=fn)`` is the whole interface;
-    :class:`~langchain_idempotent.tool.IdempotentTool` derives ``key`` and ``fingerprint``
+    :class:`~langchain_idempotent.adapters.tool.IdempotentTool` derives ``key`` and ``fingerprint``
     from a tool call. ``on_event`` receives every :class:`IdempotencyEvent`; ``stats()``
     counts them. ``never_terminal`` names exception types that are never stored as a
     result even when ``policy.terminal_exceptions`` matches them (the adapters pass

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 __all__ = ["AsyncRenewal", "Renewal", "schedule_renewal"]
 
-log = logging.getLogger("langchain_idempotent.heartbeat")
+log = logging.getLogger("langchain_idempotent.core.heartbeat")
 
 
 class Renewal:

@@ -136,7 +136,7 @@ class Policy:
     interrupt_mode: InterruptMode = field(default="batched", metadata=_CODE_ONLY)
     #: Asked on every takeover of a call whose outcome is unknown (sync or async, one
     #: function or a dict per tool name): the result if the effect happened, else ``None``
-    #: (:mod:`langchain_idempotent.reconcile`).
+    #: (:mod:`langchain_idempotent.core.reconcile`).
     reconcile: ReconcileOption | None = field(default=None, metadata=_CODE_ONLY)
     #: The tool marks its external call with ``get_idempotency_context().side_effect()``:
     #: each claim of a clean attempt records that it has not reached it yet, so a takeover

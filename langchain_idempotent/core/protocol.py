@@ -49,7 +49,7 @@ abandon (an owner cancelled mid-tool, or whose tool raised after its effect may 
 which cannot know whether its effect happened): only while ``RUNNING`` with the caller's
 owner and fence, the record stays ``RUNNING`` with ``lease_until`` 0 and ``owner`` naming
 the reason (``"!cancelled"``; ``"!error:httpx.ReadTimeout"`` with the exception's type, see
-:func:`~langchain_idempotent.record.abandoned_owner`): the next claim is a TAKEOVER at once,
+:func:`~langchain_idempotent.core.record.abandoned_owner`): the next claim is a TAKEOVER at once,
 with that reason (and ``error_type``), instead of a clean ACQUIRED. Fence, attempt and the
 effect mark are kept.
 """

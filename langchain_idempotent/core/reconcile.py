@@ -51,13 +51,13 @@ class ReconcileCall:
     attempt: int
     #: The attempt whose outcome is unknown.
     previous_attempt: int
-    #: The tool's name (``None`` for a bare :class:`~langchain_idempotent.Engine` call).
+    #: The tool's name (``None`` for a bare :class:`~langchain_idempotent.core.engine.Engine` call).
     tool: str | None
     #: The model-visible arguments, validated through the tool's schema (read-only).
     args: Mapping[str, Any]
     #: The thread (or ``idempotency_scope``) the call belongs to.
     thread_id: str | None
-    #: Why the outcome is unknown (see :data:`~langchain_idempotent.record.UncertainReason`).
+    #: Why the outcome is unknown (see :data:`~langchain_idempotent.core.record.UncertainReason`).
     reason: UncertainReason
     #: ``True``: the attempt whose outcome is unknown entered its ``side_effect()`` block
     #: (the effect may have crossed; a taker that vanished unsettled passes it on).

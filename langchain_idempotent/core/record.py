@@ -36,7 +36,7 @@ FORMAT_VERSION = 1
 ExpiredPolicy = Literal["takeover", "raise"]
 
 #: Where an attempt stands with its side-effect block
-#: (:meth:`~langchain_idempotent.context.IdempotencyContext.side_effect`): ``unmarked`` the
+#: (:meth:`~langchain_idempotent.core.context.IdempotencyContext.side_effect`): ``unmarked`` the
 #: tool does not mark its effect (claimed without ``boundary``: a takeover is uncertain, as
 #: always); ``before`` it marks it and has not entered the block (a takeover is a free
 #: retry); ``entered`` it entered the block, so the effect may have crossed.
@@ -45,7 +45,7 @@ EffectMark = Literal["unmarked", "before", "entered"]
 #: Why the outcome of a previous attempt is unknown (a takeover's ``Claim.reason``):
 #: ``lease_expired`` its owner stopped renewing (died, or paused past its lease: the two
 #: cannot be told apart); ``cancelled`` its owner was cancelled mid-tool and said so
-#: (:meth:`~langchain_idempotent.stores.base.BaseIdempotencyStore.abandon`);
+#: (:meth:`~langchain_idempotent.core.store.BaseIdempotencyStore.abandon`);
 #: ``lease_lost`` its owner gave the call up after finding its lease gone while it ran;
 #: ``error`` its tool raised an exception that does not prove nothing was sent (after
 #: entering its ``side_effect()`` block, or, for an ``unsafe`` / ``irreversible`` tool

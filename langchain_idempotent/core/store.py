@@ -59,7 +59,7 @@ class ClaimRequest:
             raise ValueError(f"ClaimRequest for {self.key!r} needs a non-empty owner token")
 
     def decide(self, rec: Record | None, now: int) -> tuple[Claim, Record | None]:
-        """:func:`~langchain_idempotent.protocol.decide_claim` for this request at ``now``:
+        """:func:`~langchain_idempotent.core.protocol.decide_claim` for this request at ``now``:
         the answer and the record to write (for stores that decide in Python)."""
         return decide_claim(
             rec,
@@ -90,7 +90,7 @@ class CompleteRequest:
     meta: Mapping[str, str] | None = None
 
     def decide(self, rec: Record | None, now: int) -> tuple[Completion, Record | None]:
-        """:func:`~langchain_idempotent.protocol.decide_complete` for this request at
+        """:func:`~langchain_idempotent.core.protocol.decide_complete` for this request at
         ``now``: the answer and the record to write (for stores that decide in Python)."""
         return decide_complete(
             rec,
@@ -117,7 +117,7 @@ class Held:
 
 
 class BaseIdempotencyStore(ABC):
-    """Where leases and memoized results live. See :mod:`langchain_idempotent.protocol`."""
+    """Where leases and memoized results live. See :mod:`langchain_idempotent.core.protocol`."""
 
     # -- record operations -------------------------------------------------------------
 
@@ -155,7 +155,8 @@ class BaseIdempotencyStore(ABC):
         its tool raised after its effect may have begun); only for the current owner and
         fence. The record stays ``RUNNING`` with its lease ended, so the next claim is a
         TAKEOVER told ``reason`` (and ``error_type``, the exception's type, with reason
-        ``"error"``: carried in the owner, :func:`~langchain_idempotent.record.abandoned_owner`).
+        ``"error"``: carried in the owner,
+        :func:`~langchain_idempotent.core.record.abandoned_owner`).
         Wakes waiters like a release. The engine passes ``error_type`` only when it has one."""
 
     def mark_effect(self, held: Held) -> bool:

@@ -2,7 +2,7 @@
 
 ::
 
-    from langchain_idempotent.otel import OpenTelemetryHook
+    from langchain_idempotent.integrations.otel import OpenTelemetryHook
 
     refund = idempotent(issue_refund, store=store, on_event=OpenTelemetryHook())
 
@@ -12,7 +12,7 @@ saying what to install. Spans go to the global tracer provider and metrics to th
 meter provider unless ``tracer_provider`` / ``meter_provider`` is given; with no SDK
 configured they cost next to nothing. A provider of the wrong type is a :class:`TypeError`.
 
-**Spans.** Each :class:`~langchain_idempotent.events.IdempotencyEvent` becomes, by ``mode``:
+**Spans.** Each :class:`~langchain_idempotent.core.events.IdempotencyEvent` becomes, by ``mode``:
 
 - ``"auto"`` (default): a span event ``idempotency.<kind>`` on the current span when one is
   recording (the tool run's span, under LangChain / LangSmith OpenTelemetry tracing),
@@ -157,7 +157,7 @@ class OpenTelemetryHook:
     span events) and metrics (see the module).
 
     ``kinds`` limits which event kinds become spans or span events (default: all of
-    :data:`~langchain_idempotent.events.EVENT_KINDS`); metrics always see every event.
+    :data:`~langchain_idempotent.core.events.EVENT_KINDS`); metrics always see every event.
     """
 
     def __init__(

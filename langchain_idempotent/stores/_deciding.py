@@ -1,7 +1,7 @@
 """Release, abandon and the side-effect mark, written once for the stores that apply the
 protocol's decisions in Python (memory, SQLite).
 
-Each is one decision of :mod:`langchain_idempotent.protocol` on the live record under the
+Each is one decision of :mod:`langchain_idempotent.core.protocol` on the live record under the
 key, written with the record's expiry kept; a release or an abandon that took effect wakes
 the key's waiters in this process. A store supplies :meth:`~DecidesInPython._keeping_expiry`
 (under its lock, or in its write transaction) and ``_wakeup``.

@@ -1,6 +1,6 @@
 """``InMemoryIdempotencyStore``: one process, for tests and notebooks.
 
-Spec: the record protocol of :mod:`langchain_idempotent.protocol`, applied under one lock
+Spec: the record protocol of :mod:`langchain_idempotent.core.protocol`, applied under one lock
 per store (thread-safe; the async twins never block the loop for longer than the lock).
 Records expire ``ttl_ms`` after their last write. Waiters are woken in-process the moment
 a key completes or is released. Nothing survives the process. Release, abandon and the

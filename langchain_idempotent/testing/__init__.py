@@ -1,7 +1,7 @@
 """The store contract: one test suite that every idempotency store runs.
 
 Every store — the ones shipped here and any you write — must give the answers of
-:mod:`langchain_idempotent.protocol` through both its sync and its ``a``-prefixed async
+:mod:`langchain_idempotent.core.protocol` through both its sync and its ``a``-prefixed async
 operations. :class:`StoreContractTests` checks that. Each guarantee is written once and runs
 twice, through the ``face`` fixture: once against the store's sync operations (called
 inline, as sync code) and once against their async twins. The guarantees, by module:

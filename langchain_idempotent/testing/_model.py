@@ -1,5 +1,5 @@
 """Model-based: random operation sequences, run on the store and on a pure model built from
-the protocol functions (:mod:`langchain_idempotent.protocol`), must get identical answers
+the protocol functions (:mod:`langchain_idempotent.core.protocol`), must get identical answers
 and leave identical records."""
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from langchain_idempotent import Engine, Policy
+from langchain_idempotent import Policy
+from langchain_idempotent.core.engine import Engine
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.testing import StoreContractTests
 from tests.support.faults import Ledger, StoreSpec, Tally, wait_until

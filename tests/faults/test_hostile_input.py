@@ -35,13 +35,13 @@ from langchain_core.tools import BaseTool, tool
 
 from langchain_idempotent import (
     CorruptRecordError,
-    Engine,
     IdempotencyError,
     InvalidArgumentsError,
     Policy,
     idempotent,
 )
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from tests.support.faults import StoreSpec
 
 from .report import Figures

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from langchain_idempotent import Engine, Policy
+from langchain_idempotent import Policy
+from langchain_idempotent.core.engine import Engine
 from tests.support.faults import Ledger, StoreSpec
 
 from .report import Figures

@@ -29,15 +29,15 @@ from typing import Any, Literal, NoReturn
 import pytest
 
 from langchain_idempotent import (
-    Engine,
     IdempotencyError,
     IdempotencyEvent,
     InProgressError,
     Policy,
     StoreUnavailableError,
 )
-from langchain_idempotent.record import ClaimOutcome, Record, State
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import ClaimOutcome, Record, State
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.stores.redis._scripts import _CLAIM_SCRIPT, _COMPLETE_SCRIPT
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally
 from tests.support.redis_servers import RedisServer

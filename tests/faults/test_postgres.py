@@ -37,14 +37,14 @@ import psycopg
 import pytest
 
 from langchain_idempotent import (
-    Engine,
     InProgressError,
     LeaseLostError,
     Policy,
     StoreUnavailableError,
     get_idempotency_context,
 )
-from langchain_idempotent.record import State
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import State
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from tests.support.faults import Ledger, Tally, kill_hard, wait_stopped
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url

@@ -39,14 +39,9 @@ from typing import Any
 
 import pytest
 
-from langchain_idempotent import (
-    Engine,
-    IdempotencyEvent,
-    Policy,
-    ReconcileCall,
-    get_idempotency_context,
-)
-from langchain_idempotent.record import State
+from langchain_idempotent import IdempotencyEvent, Policy, ReconcileCall, get_idempotency_context
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import State
 from tests.support.faults import Ledger, StoreSpec, Tally, kill_hard, wait_until
 
 from .report import Figures

@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from langchain_idempotent import Engine, Policy, StoreUnavailableError
-from langchain_idempotent.record import State
+from langchain_idempotent import Policy, StoreUnavailableError
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import State
+from langchain_idempotent.core.store import ClaimRequest, CompleteRequest
 from langchain_idempotent.stores import RedisIdempotencyStore
-from langchain_idempotent.stores.base import ClaimRequest, CompleteRequest
 from tests.support.faults import FaultProxy, Ledger, StoreSpec, Tally, percentile, wait_until
 from tests.support.redis_servers import RedisServer, free_port, wait_replicating
 

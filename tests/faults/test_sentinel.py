@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import redis
 
-from langchain_idempotent import Engine, Policy
+from langchain_idempotent import Policy
+from langchain_idempotent.core.engine import Engine
 from tests.support.faults import Ledger, StoreSpec, Tally, wait_until
 from tests.support.redis_servers import RedisServer, redis_server_available
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from langchain_idempotent import Engine, IdempotencyEvent, Policy, StoreUnavailableError
+from langchain_idempotent import IdempotencyEvent, Policy, StoreUnavailableError
+from langchain_idempotent.core.engine import Engine
 from tests.support.faults import Ledger, StoreSpec, Tally, wait_until
 from tests.support.redis_servers import RedisServer, free_port
 

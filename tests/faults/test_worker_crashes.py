@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 
-from langchain_idempotent import Engine, InProgressError, Policy, StoreUnavailableError
-from langchain_idempotent.record import State
+from langchain_idempotent import InProgressError, Policy, StoreUnavailableError
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import State
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.faults import Ledger, StoreSpec, Tally, kill_hard, wait_stopped, wait_until
 

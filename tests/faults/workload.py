@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_idempotent import (
-    Engine,
     IdempotencyError,
     InProgressError,
     StoreUnavailableError,
     get_idempotency_context,
 )
+from langchain_idempotent.core.engine import Engine
 from tests.support.faults import Ledger, Tally
 
 from .report import Figures

@@ -34,7 +34,7 @@ import pytest
 from langchain_core.tools import BaseTool
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotency_scope, idempotent
-from langchain_idempotent.tool import IdempotentTool
+from langchain_idempotent.adapters.tool import IdempotentTool
 
 STORE = InMemoryIdempotencyStore()
 _MODE = "off"

@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_idempotent.record import Claim, Completion, Record, UncertainReason
-from langchain_idempotent.stores.base import (
+from langchain_idempotent.core.record import Claim, Completion, Record, UncertainReason
+from langchain_idempotent.core.store import (
     BaseIdempotencyStore,
     ClaimRequest,
     CompleteRequest,

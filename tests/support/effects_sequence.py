@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_idempotent import Policy, get_idempotency_context
-from langchain_idempotent.engine import Engine
-from langchain_idempotent.reconcile import ReconcileCall
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.reconcile import ReconcileCall
+from langchain_idempotent.core.store import BaseIdempotencyStore
 
 __all__ = ["KEY", "LEASE_S", "SequenceResult", "claim_script", "open_store", "run_sequence"]
 

@@ -54,7 +54,7 @@ class Bank:
     def client(self, **kwargs: Any) -> MultiServerMCPClient:
         from langchain_mcp_adapters.client import MultiServerMCPClient
 
-        from langchain_idempotent.mcp import IdempotencyKeyInterceptor
+        from langchain_idempotent.integrations.mcp import IdempotencyKeyInterceptor
 
         client = MultiServerMCPClient({"bank": self.connection})  # type: ignore[dict-item]
         client.tool_interceptors = [IdempotencyKeyInterceptor(client, **kwargs)]

@@ -144,7 +144,7 @@ def main() -> None:
         server.tool(confirmed_refund)
 
     if opts.store or opts.store_url:
-        from langchain_idempotent.mcp import McpIdempotency
+        from langchain_idempotent.integrations.mcp import McpIdempotency
 
         if opts.store_url:
             from langchain_idempotent import RedisIdempotencyStore

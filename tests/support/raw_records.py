@@ -8,7 +8,7 @@ import dataclasses
 import sqlite3
 from typing import Any
 
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.store import BaseIdempotencyStore
 
 __all__ = ["get_payload", "set_payload"]
 

@@ -3,8 +3,8 @@
 A run is a seed. The seed draws a plan (2-6 workers, 1-3 keys, 1-4 calls per worker, the
 faults, ``on_expired``, whether a truthful ``reconcile=`` hook is set) and drives a
 single-threaded scheduler: each worker is a greenlet calling the real
-:class:`~langchain_idempotent.Engine` (``Engine.run``), whose store hands every operation
-to the scheduler, which executes it on the real store when the seed says, holds replies
+:class:`~langchain_idempotent.core.engine.Engine` (``Engine.run``), whose store hands every
+operation to the scheduler, which executes it on the real store when the seed says, holds replies
 back so operations overlap, moves the store's clock, and strikes the planned faults:
 
 - ``crash_before_claim``, ``crash_after_claim``, ``crash_after_effect`` (the unknown

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from langchain_idempotent.stores.base import BaseIdempotencyStore
+from langchain_idempotent.core.store import BaseIdempotencyStore
 
 from .campaign import Totals, run_seeds, table, to_json
 from .plants import PLANTS

@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_idempotent.core.record import Claim, ClaimOutcome, Completion, Record, State
+from langchain_idempotent.core.serde import ResultSerializer
 from langchain_idempotent.errors import IdempotencyError
-from langchain_idempotent.record import Claim, ClaimOutcome, Completion, Record, State
-from langchain_idempotent.serde import ResultSerializer
 
 from . import linearize
 from .history import Op

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_idempotent.record import Record
+from langchain_idempotent.core.record import Record
 
 
 @dataclass(slots=True)

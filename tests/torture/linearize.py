@@ -1,7 +1,7 @@
 """Linearizability of one key's history against the protocol model (Wing & Gong's search,
 memoized like Porcupine's).
 
-The model is :mod:`langchain_idempotent.protocol` itself — the decision table every store
+The model is :mod:`langchain_idempotent.core.protocol` itself — the decision table every store
 implements and the contract suite's model test (``langchain_idempotent.testing._model``)
 applies — with one addition: the store's clock at an operation is only known to lie in
 ``[now_lo, now_hi]``, so a lease deadline is a range too, and a claim that meets a lease
@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_idempotent import protocol
-from langchain_idempotent.record import Claim, ClaimOutcome, Completion, Record, State
+from langchain_idempotent.core import protocol
+from langchain_idempotent.core.record import Claim, ClaimOutcome, Completion, Record, State
 
 from .history import Op
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from langchain_idempotent.record import Claim, ClaimOutcome, Completion, State
-from langchain_idempotent.stores.base import (
+from langchain_idempotent.core.record import Claim, ClaimOutcome, Completion, State
+from langchain_idempotent.core.store import (
     BaseIdempotencyStore,
     ClaimRequest,
     CompleteRequest,

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langchain_idempotent import Engine, Policy, get_idempotency_context
+from langchain_idempotent import Policy, get_idempotency_context
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.record import State
+from langchain_idempotent.core.serde import ResultSerializer
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.errors import IdempotencyError
-from langchain_idempotent.record import State
-from langchain_idempotent.serde import ResultSerializer
-from langchain_idempotent.stores.base import BaseIdempotencyStore
 from tests.support.faults import Ledger
 
 from .stores import UsageError

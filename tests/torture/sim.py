@@ -28,22 +28,22 @@ from typing import Any
 
 import greenlet  # type: ignore[import-untyped,unused-ignore]
 
-from langchain_idempotent import engine as engine_module
-from langchain_idempotent.context import get_idempotency_context
-from langchain_idempotent.engine import Engine
-from langchain_idempotent.errors import (
-    IdempotencyError,
-    OutcomeUnknownError,
-    StoreUnavailableError,
-)
-from langchain_idempotent.policy import Policy
-from langchain_idempotent.reconcile import ReconcileCall
-from langchain_idempotent.record import abandon_kwargs
-from langchain_idempotent.stores.base import (
+from langchain_idempotent.core import engine as engine_module
+from langchain_idempotent.core.context import get_idempotency_context
+from langchain_idempotent.core.engine import Engine
+from langchain_idempotent.core.policy import Policy
+from langchain_idempotent.core.reconcile import ReconcileCall
+from langchain_idempotent.core.record import abandon_kwargs
+from langchain_idempotent.core.store import (
     BaseIdempotencyStore,
     ClaimRequest,
     CompleteRequest,
     Held,
+)
+from langchain_idempotent.errors import (
+    IdempotencyError,
+    OutcomeUnknownError,
+    StoreUnavailableError,
 )
 
 from .history import CallLog, History, Restart
@@ -323,7 +323,7 @@ def scheduled_renewals() -> Iterator[None]:
     saved = engine_module.__dict__.get("schedule_renewal")
     if saved is None:  # else the heartbeat thread would renew behind the scheduler's back
         raise RuntimeError(
-            "langchain_idempotent.engine no longer imports schedule_renewal: point "
+            "langchain_idempotent.core.engine no longer imports schedule_renewal: point "
             "tests.torture.sim.scheduled_renewals at where the engine schedules renewals"
         )
     engine_module.schedule_renewal = _scheduled  # type: ignore[attr-defined,assignment]

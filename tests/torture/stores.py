@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.stores import InMemoryIdempotencyStore, SqliteIdempotencyStore
-from langchain_idempotent.stores.base import BaseIdempotencyStore
 from langchain_idempotent.testing import FakeClock
 
 from .sim import Backend

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_idempotent.record import Claim, ClaimOutcome, Completion
+from langchain_idempotent.core.record import Claim, ClaimOutcome, Completion
 from tests.support.postgres_server import postgres_available
 from tests.support.redis_servers import redis_server_available
 

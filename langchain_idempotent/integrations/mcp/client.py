@@ -3,7 +3,7 @@
 A tool from ``langchain-mcp-adapters`` wrapped with :func:`~langchain_idempotent.idempotent`
 is deduplicated on the client; when the server commits and the reply is lost, only a key
 that reaches the server (and a server that deduplicates by it, see
-:class:`~langchain_idempotent.mcp.McpIdempotency`) keeps the retry from paying twice::
+:class:`~langchain_idempotent.integrations.mcp.McpIdempotency`) keeps the retry from paying twice::
 
     client = MultiServerMCPClient(connections)
     client.tool_interceptors = [IdempotencyKeyInterceptor(client)]   # or tool_interceptors=
@@ -215,7 +215,7 @@ def with_idempotency_key(client: Any, *, meta_prefix: str = META_PREFIX) -> Any:
     reaches the server. The returned client shares ``client``'s connection and
     configuration; inside an idempotent call, both paths send the key, the fencing token
     and the attempt number under ``meta_prefix`` in the request's ``_meta`` (the names
-    :class:`~langchain_idempotent.mcp.McpIdempotency` reads). Outside one it sends
+    :class:`~langchain_idempotent.integrations.mcp.McpIdempotency` reads). Outside one it sends
     nothing extra. The server's idempotency errors become ours
     (:class:`~langchain_idempotent.errors.PayloadMismatchError`,
     :class:`~langchain_idempotent.errors.InProgressError`, ...)::

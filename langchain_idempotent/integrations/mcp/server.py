@@ -18,7 +18,7 @@ it the SDK turns every exception into an ``isError`` text result). As FastMCP mi
 it installs that wrapper when the first session initializes. For a call to a protected
 tool that carries a key (``_meta["<prefix>key"]``, SEP-3182's ``params.idempotencyKey``
 or, over HTTP, the ``Idempotency-Key`` header), the project's
-:class:`~langchain_idempotent.engine.Engine` runs the handler once per record key
+:class:`~langchain_idempotent.core.engine.Engine` runs the handler once per record key
 
     mcp|<namespace>|<authenticated client id or "anonymous">|<key>
 
@@ -101,7 +101,7 @@ class McpIdempotency:
     ``_meta`` prefix the key is read under. ``store_errors``: also store (and replay)
     ``isError`` results; with ``False`` such a result frees the key so a retry runs.
     ``reconcile`` / ``transactional`` and the other options are the engine's
-    (:class:`~langchain_idempotent.policy.Policy`).
+    (:class:`~langchain_idempotent.core.policy.Policy`).
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 - **Schema.** :data:`_SCHEMA` is the table (with the side-effect mark, ``effect``), its
   indexes and the two PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which
-  implement the decision table of :mod:`langchain_idempotent.protocol` (comments name the
+  implement the decision table of :mod:`langchain_idempotent.core.protocol` (comments name the
   rows). Each function is headed by comments naming every parameter and what it returns,
   like the Redis store's Lua scripts. ``setup()`` does not trust the stored version
   number alone: earlier builds stored versions 1 to 4 and edited version 1 in place

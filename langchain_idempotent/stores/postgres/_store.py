@@ -3,7 +3,7 @@
 Spec:
 
 - **Record.** One row per key in ``table`` (default ``idempotency_records``): one column per
-  :class:`~langchain_idempotent.record.Record` field (``payload`` ``bytea``, ``meta``
+  :class:`~langchain_idempotent.core.record.Record` field (``payload`` ``bytea``, ``meta``
   ``jsonb``, times ``bigint`` milliseconds), plus ``namespace`` and ``thread_id`` copied out
   of ``meta`` and indexed (``list`` / ``purge`` are index lookups), and ``expires_at``.
   ``state`` is constrained to the four states.
@@ -11,13 +11,13 @@ Spec:
   server-side PL/pgSQL function (``<table>_claim``, ``<table>_complete``) that locks the
   row (``SELECT ... FOR UPDATE``; a race to insert an absent key is settled by the primary
   key and retried inside the function), applies the decision table of
-  :mod:`langchain_idempotent.protocol` exactly and writes the row; the claim statement
+  :mod:`langchain_idempotent.core.protocol` exactly and writes the row; the claim statement
   reads a REPLAY with a plain indexed ``SELECT`` first, in the same statement, and calls
   the function only when there is none (a replay runs no PL/pgSQL); renew, release and
   abandon are one ``UPDATE`` whose ``WHERE`` is the owner + fence compare (:mod:`._sql`
   holds every function and statement, each headed by its parameters and result).
   Completion is write-once. An abandoned row stays ``running`` with ``lease_until`` 0 and
-  an owner naming the reason (:func:`~langchain_idempotent.record.abandoned_owner`), and
+  an owner naming the reason (:func:`~langchain_idempotent.core.record.abandoned_owner`), and
   a claim's TAKEOVER or EXPIRED answer carries that reason, else ``"lease_expired"``.
   Every write compares owner and fence, except :meth:`~PostgresIdempotencyStore.delete` and
   ``purge`` (operator actions). A row of an unknown format ``version`` is refused with

@@ -2,7 +2,7 @@
 
 Each script is one store operation, run atomically on the server that holds the record
 (claim, renew, complete, release, abandon and mark_effect implement the decision table of
-:mod:`langchain_idempotent.protocol`): the shared :data:`_PRELUDE` (the server clock, and
+:mod:`langchain_idempotent.core.protocol`): the shared :data:`_PRELUDE` (the server clock, and
 ``load``, which refuses anything that is not a record of this format) followed by one body,
 headed by comments naming its ``KEYS``, ``ARGV`` and reply. The argument builders
 (:func:`_claim_args`, :func:`_complete_args`) write ``ARGV`` in that order; the decoders

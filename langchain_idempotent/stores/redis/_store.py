@@ -5,13 +5,13 @@ Spec:
 - **Record.** One HASH per key at ``{prefix}{<key>}`` — the braces are a Cluster hash
   tag, so the record and its wake-up channel ``{prefix}{<key>}:done`` share one slot.
   Fields: ``version state owner fence lease_until fingerprint attempt payload created_at
-  updated_at`` (one per :class:`~langchain_idempotent.record.Record` field; integers in
+  updated_at`` (one per :class:`~langchain_idempotent.core.record.Record` field; integers in
   decimal, ``payload`` raw bytes, only on completed / failed records) and ``m:<name>`` for
   each ``meta`` entry. Nothing is JSON or pickle: the store hands ``payload`` back as bytes
   and never decodes it.
 - **Protocol.** Each operation is **one Lua script, one round trip** (``EVALSHA``; on
   ``NOSCRIPT`` the script is sent once with ``EVAL``, which also caches it). The scripts
-  (:mod:`._scripts`) implement the decision table of :mod:`langchain_idempotent.protocol`
+  (:mod:`._scripts`) implement the decision table of :mod:`langchain_idempotent.core.protocol`
   exactly; each is headed by comments naming its ``KEYS``, ``ARGV`` and reply. Every write
   is inside a script after an owner-token and fence compare: there is no unconditional
   ``SET`` or ``DEL``, except :meth:`~RedisIdempotencyStore.delete`, an operator action that

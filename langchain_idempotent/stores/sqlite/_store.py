@@ -3,7 +3,7 @@
 Spec:
 
 - **Protocol.** Every record operation is one ``BEGIN IMMEDIATE`` transaction: read the row,
-  apply the pure decision of :mod:`langchain_idempotent.protocol`, write the record it
+  apply the pure decision of :mod:`langchain_idempotent.core.protocol`, write the record it
   returns, commit. ``BEGIN IMMEDIATE`` takes SQLite's write lock before the read, so threads
   and processes on one host never interleave a read-decide-write. Lock waits are bounded by
   ``busy_timeout`` seconds (default 30). Release, abandon and the side-effect mark are
@@ -16,7 +16,7 @@ Spec:
   it. A row
   past its expiry is absent to every operation; every 64th write transaction deletes up
   to 256 expired rows through the ``expires_at`` index (never a full-table scan per call).
-- **Columns.** One per :class:`~langchain_idempotent.record.Record` field (``meta`` as JSON
+- **Columns.** One per :class:`~langchain_idempotent.core.record.Record` field (``meta`` as JSON
   text, ``payload`` as a BLOB), plus ``namespace`` and ``thread_id`` copied out of ``meta``
   and indexed, so ``list`` and ``purge`` by thread or namespace are index lookups. A row
   with an unknown format ``version`` or ill-typed columns raises
