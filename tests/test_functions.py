@@ -17,6 +17,7 @@ from typing import Annotated, Any, Optional
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.callbacks import BaseCallbackManager, Callbacks
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
@@ -37,6 +38,7 @@ from langchain_idempotent import (
 from langchain_idempotent.adapters.tool import IdempotentFunction
 from tests.support.graphs import (
     Effects,
+    EventRecorder,
     ScriptedChatModel,
     call,
     calls,
@@ -407,6 +409,30 @@ def test_arguments_that_do_not_fit_the_function_are_refused_naming_it(
         refund("INV-7")
     with pytest.raises(TypeError, match=r"refund\(\): got an unexpected keyword argument 'x'"):
         refund("INV-7", 1, x=2)
+
+
+def test_callbacks_passed_to_the_call_are_the_tool_runs_handlers(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    handler = EventRecorder()
+    given: list[Any] = []
+
+    def refund(invoice_id: str, callbacks: Callbacks = None) -> str:
+        """Refund an invoice."""
+        given.append(callbacks)
+        return "refunded"
+
+    def cancel(invoice_id: str, run_manager: Any = None) -> str:
+        """Cancel an invoice."""
+        return "cancelled"
+
+    wrapped = idempotent(refund, store=store)
+    with idempotency_scope("order-7"):
+        assert wrapped("INV-7", callbacks=[handler]) == "refunded"
+        with pytest.raises(TypeError, match=r"cancel\(\): run_manager is LangChain's"):
+            idempotent(cancel, store=store)("INV-7", run_manager=None)
+    assert ["idempotency_key" in m for m in handler.tool_metadata] == [True]
+    assert isinstance(given[0], BaseCallbackManager) and handler in given[0].handlers
 
 
 async def test_calling_a_wrapped_async_function_returns_an_awaitable(

@@ -17,7 +17,8 @@ parser refuses the docstring (an ``Args:`` entry naming no parameter, on which
 :class:`FunctionCall` turns a call of the wrapped function (``refund("INV-7", 140)``) into
 the tool input and config it is invoked with: the arguments by name, and the
 ``RunnableConfig`` parameter, when the caller passes it, as the run's config (LangChain
-hands it back to the function, as a tool run does).
+hands it back to the function, as a tool run does); ``callbacks`` become the run's
+callbacks (the function gets their child manager, as a tool run passes it).
 """
 
 import inspect
@@ -86,4 +87,11 @@ class FunctionCall:
             else:
                 tool_input[name] = value
         config = tool_input.pop(self.config_param, None) if self.config_param else None
+        if "run_manager" in tool_input:
+            raise TypeError(
+                f"{self.name}(): run_manager is LangChain's to pass (the tool run's own); "
+                "pass callbacks= instead"
+            )
+        if "callbacks" in tool_input:  # the tool run's handlers; the function gets its child
+            config = {**(config or {}), "callbacks": tool_input.pop("callbacks")}
         return tool_input, config
