@@ -373,6 +373,30 @@ async def test_memory_agents_node_stores_each_memory_once_when_retried(
     assert [content for _, content in tool_results(out["messages"])] == ["Stored memory None"] * 2
 
 
+def test_a_config_parameter_left_out_of_the_call_is_the_nodes_config(
+    store: InMemoryIdempotencyStore,
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def charge(card: str, *, config: RunnableConfig) -> str:
+        """Charge a card."""
+        seen.append((config["configurable"]["thread_id"], config["metadata"]["langgraph_node"]))
+        return "charged"
+
+    wrapped = idempotent(charge, store=store)
+
+    def bill(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(wrapped("tok"))]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bill", bill)
+    builder.add_edge(START, "bill")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    for _ in range(2):  # the second turn of the thread replays: one effect per thread
+        graph.invoke({"messages": [HumanMessage("pay")]}, thread("T-9"))
+    assert seen == [("T-9", "bill")]
+
+
 def test_calling_outside_a_graph_needs_a_scope_as_invoke_does(
     store: InMemoryIdempotencyStore,
 ) -> None:

@@ -70,9 +70,18 @@ class FunctionCall:
     ) -> tuple[dict[str, Any], RunnableConfig | None]:
         """The tool input (arguments by name) and the config the caller passed, if any."""
         try:
-            bound = self.signature.bind(*args, **kwargs)
+            # partial: the config parameter may be left out (the run fills it in)
+            bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
+        for name, param in self.signature.parameters.items():
+            if (
+                param.default is param.empty
+                and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+                and name not in bound.arguments
+                and name != self.config_param
+            ):
+                raise TypeError(f"{self.name}(): missing a required argument: {name!r}")
         tool_input: dict[str, Any] = {}
         for name, value in bound.arguments.items():
             kind = self.signature.parameters[name].kind
