@@ -515,8 +515,8 @@ class IdempotentFunction(IdempotentTool):
         return self.invoke(tool_input, config)
 
 
-#: What ``idempotent(store=...)`` returns: a decorator, above or below ``@tool``.
-Wrapper = Callable[[BaseTool | Callable[..., Any]], IdempotentTool]
+#: What ``idempotent(store=...)`` returns: a decorator, on a function or above ``@tool``.
+_Decorator = Callable[[BaseTool | Callable[..., Any]], IdempotentTool]
 
 
 @overload
@@ -551,7 +551,7 @@ def idempotent(
     on_event: EventHook | None = None,
     handoff: Handoff | None = None,
     **options: Unpack[PolicyOptions],
-) -> Wrapper: ...
+) -> _Decorator: ...
 
 
 def idempotent(
@@ -565,7 +565,7 @@ def idempotent(
     on_event: EventHook | None = None,
     handoff: Handoff | None = None,
     **options: Unpack[PolicyOptions],
-) -> IdempotentTool | list[IdempotentTool] | Wrapper:
+) -> IdempotentTool | list[IdempotentTool] | _Decorator:
     """Wrap a tool (or a list of tools) so each call runs at most once per key.
 
     ``store`` is required: where leases and results live
