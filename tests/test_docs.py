@@ -5,9 +5,11 @@ own."""
 from __future__ import annotations
 
 import os
+import pydoc
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -53,9 +55,12 @@ def test_the_operations_page_lists_every_event_kind() -> None:
     assert set(EVENT_KINDS) <= listed, sorted(set(EVENT_KINDS) - listed)
 
 
-def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once with ``mkdocs build --strict`` (a warning fails the build)."""
+    out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -63,7 +68,30 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert (tmp_path / "site" / "concepts" / "index.html").exists()
+    return out
+
+
+def test_the_site_builds_in_strict_mode(site: Path) -> None:
+    assert (site / "concepts" / "index.html").exists()
+
+
+def test_the_api_reference_shows_no_sphinx_role_and_links_the_ones_it_renders(site: Path) -> None:
+    """The docstrings' ``:class:`~.Policy``` roles become links (or plain code), and every
+    heading is the real module path."""
+    page = (site / "reference" / "index.html").read_text()
+    raw = re.findall(r":(?:class|func|meth|mod|attr|data|exc|obj):", page)
+    assert not raw, f"raw Sphinx roles in the API reference: {len(raw)}"
+    assert 'href="#langchain_idempotent.core.policy.Policy"' in page
+    headings = re.findall(r'<h2 id="(langchain_idempotent[.\w]*)"', page)
+    assert len(headings) >= 20, headings
+    for path in headings:
+        obj = pydoc.locate(path)
+        assert obj is not None, f"{path}: nothing there"
+        if isinstance(obj, types.ModuleType):
+            continue
+        shown = path.removesuffix(f".{obj.__qualname__}")
+        private = obj.__module__.removeprefix(shown)  # a package's own private module: "._store"
+        assert private == "" or private.startswith("._"), f"{path} is defined in {obj.__module__}"
 
 
 @pytest.mark.parametrize("page", ["multi-agent.md", "mcp.md"])
@@ -96,3 +124,39 @@ def test_the_module_map_names_every_module_of_the_package() -> None:
         if f"`{wanted}`" not in text and f"`{wanted}" not in text:
             missing.append(wanted)
     assert not missing, f"docs/development.md's module map leaves out {sorted(set(missing))}"
+
+
+def _importable_paths() -> list[tuple[str, list[str]]]:
+    """docs/development.md's table of importable paths: (module or command, names listed)."""
+    rows = []
+    for line in section("development.md", "Importable paths").splitlines():
+        cells = line.split("|")
+        if len(cells) == 5 and cells[1].strip().startswith("`langchain"):
+            rows.append((re.findall(r"`([^`]+)`", cells[1])[0], re.findall(r"`(\w+)`", cells[3])))
+    return rows
+
+
+def test_the_importable_paths_are_the_package_face_and_modules_that_import() -> None:
+    """Every path the development page lists imports, and has every name it lists; the
+    face's row is exactly ``langchain_idempotent.__all__``."""
+    import importlib
+
+    import langchain_idempotent
+
+    rows = dict(_importable_paths())
+    assert set(rows["langchain_idempotent"]) == set(langchain_idempotent.__all__)
+    for path, names in rows.items():
+        if path == "langchain-idempotent":
+            continue
+        module = importlib.import_module(path)
+        missing = [n for n in names if not hasattr(module, n)]
+        assert not missing, f"{path} has no {missing}"
+
+
+def test_the_importable_paths_name_every_cli_command() -> None:
+    commands = dict(_importable_paths())["langchain-idempotent"]
+    done = subprocess.run(
+        [sys.executable, "-m", "langchain_idempotent", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert commands and all(c in done.stdout for c in commands), (commands, done.stdout)
