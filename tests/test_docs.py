@@ -94,6 +94,31 @@ def test_the_api_reference_shows_no_sphinx_role_and_links_the_ones_it_renders(si
         assert private == "" or private.startswith("._"), f"{path} is defined in {obj.__module__}"
 
 
+def _html(site: Path) -> dict[str, str]:
+    return {str(p.relative_to(site)): p.read_text() for p in site.rglob("*.html")}
+
+
+def test_no_page_loads_anything_from_another_host(site: Path) -> None:
+    """Scripts, stylesheets, fonts and images come with the site (no CDN): it reads the same
+    offline."""
+    remote = re.compile(
+        r'<(?:script|img)[^>]*\bsrc="(?:https?:)?//[^"]*"'
+        r'|<link[^>]*\brel="(?:stylesheet|preconnect|preload|modulepreload)"[^>]*\bhref="(?:https?:)?//'
+    )
+    found = {page: remote.findall(text) for page, text in _html(site).items()}
+    assert not {p: f for p, f in found.items() if f}
+
+
+def test_every_page_with_a_diagram_loads_the_mermaid_served_with_the_site(site: Path) -> None:
+    pages = {p: t for p, t in _html(site).items() if 'class="mermaid"' in t}
+    assert "concepts/index.html" in pages
+    for page, text in pages.items():
+        local = re.search(r'<script src="([^"]*assets/javascripts/mermaid\.min\.js)"', text)
+        assert local, f"{page} has a diagram and no local mermaid"
+        assert text.index(local.group(0)) < text.index("assets/javascripts/bundle."), page
+        assert (site / page).parent.joinpath(local.group(1)).resolve().is_file(), page
+
+
 @pytest.mark.parametrize("page", ["multi-agent.md", "mcp.md"])
 def test_every_python_block_runs_or_first_says_what_it_needs(page: str) -> None:
     """A snippet a newcomer pastes either runs as printed (``<!-- run -->``, executed above)
