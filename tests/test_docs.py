@@ -4,6 +4,8 @@ own."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import pydoc
 import re
@@ -117,6 +119,52 @@ def test_every_page_with_a_diagram_loads_the_mermaid_served_with_the_site(site: 
         assert local, f"{page} has a diagram and no local mermaid"
         assert text.index(local.group(0)) < text.index("assets/javascripts/bundle."), page
         assert (site / page).parent.joinpath(local.group(1)).resolve().is_file(), page
+
+
+def _notebook_hook() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("notebooks_hook", DOCS / "hooks" / "notebooks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_is_committed_with_the_outputs_of_its_current_code(path: Path) -> None:
+    """The site shows the committed outputs, so they must be the current code's: every code
+    cell ran, in order, without an error, and the stamp is the hash of the code as it is."""
+    hook = _notebook_hook()
+    notebook = json.loads(path.read_text())
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    stamp = notebook["metadata"].get(hook.STAMP, {}).get("code_sha256")
+    rerun = f"re-run `python docs/hooks/notebooks.py {path.name}` and commit it"
+    assert stamp == hook.code_sha256(
+        types.SimpleNamespace(
+            cells=[
+                types.SimpleNamespace(cell_type=c["cell_type"], source=c["source"]) for c in code
+            ]
+        )
+    ), f"{path.name}: its outputs are not from its current code; {rerun}"
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), rerun
+    errors = [o for c in code for o in c["outputs"] if o["output_type"] == "error"]
+    assert not errors, f"{path.name} was committed with an error output"
+
+
+def test_the_site_shows_each_notebook_with_its_plots(site: Path) -> None:
+    for path in NOTEBOOKS:
+        page = (site / "notebooks" / path.stem / "index.html").read_text()
+        notebook = json.loads(path.read_text())
+        plots = sum(
+            "image/png" in o.get("data", {})
+            for c in notebook["cells"]
+            for o in c.get("outputs", [])
+        )
+        assert page.count('src="data:image/png') >= plots, path.name
+    timeline = (site / "notebooks" / "03_leases_and_workers" / "index.html").read_text()
+    assert 'src="data:image/png' in timeline  # the worker timeline
 
 
 @pytest.mark.parametrize("page", ["multi-agent.md", "mcp.md"])

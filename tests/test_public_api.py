@@ -160,6 +160,9 @@ FOREIGN_MODULES = [
     "langchain_idempotent.settings",
     "langchain_idempotent.errors",
     "langchain_idempotent.adapters.approval",
+    # the store authors' values and OpenTelemetry (docs/development.md, "Importable paths")
+    "langchain_idempotent.core.record",
+    "langchain_idempotent.integrations.otel",
 ]
 
 
