@@ -167,6 +167,25 @@ def test_the_site_shows_each_notebook_with_its_plots(site: Path) -> None:
     assert 'src="data:image/png' in timeline  # the worker timeline
 
 
+def test_every_claim_on_the_compared_with_page_names_its_source() -> None:
+    """Each point about another tool links to where it is documented, coded or measured;
+    only the "Together." / "Choosing." advice stands on this library's own pages."""
+    text = (DOCS / "compared.md").read_text()
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    unsourced = []
+    for body in sections:
+        title = body.splitlines()[0]
+        if title in ("At a glance", "When not to wrap"):
+            continue
+        for point in re.split(r"^- ", body, flags=re.M)[1:]:
+            if not point.startswith(("**Together.**", "**Choosing.**")) and not re.search(
+                r"\]\(|\]\[", point
+            ):
+                unsourced.append(f"{title}: {point[:60]}")
+    assert len(sections) >= 10
+    assert not unsourced, unsourced
+
+
 @pytest.mark.parametrize("page", ["multi-agent.md", "mcp.md"])
 def test_every_python_block_runs_or_first_says_what_it_needs(page: str) -> None:
     """A snippet a newcomer pastes either runs as printed (``<!-- run -->``, executed above)
