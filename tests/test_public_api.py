@@ -160,6 +160,13 @@ FOREIGN_MODULES = [
     "langchain_idempotent.settings",
     "langchain_idempotent.errors",
     "langchain_idempotent.adapters.approval",
+    # LangGraph's node cache and SQLite checkpointer (docs/compared.md)
+    "langgraph.cache.base",
+    "langgraph.cache.redis",
+    "langgraph.checkpoint.sqlite",
+    # the store authors' values and OpenTelemetry (docs/development.md, "Importable paths")
+    "langchain_idempotent.core.record",
+    "langchain_idempotent.integrations.otel",
 ]
 
 
@@ -185,6 +192,9 @@ EXAMPLE_NAMES = {"Bar", "Document", "Label", "Point", "Refund", "ClaimRequest"}
 #: A peer test's own context class (docs/peer-suites.md), and mcp 2's answer to a call that
 #: asks for input (docs/mcp.md: absent from the mcp 1 set this environment may hold).
 EXAMPLE_NAMES |= {"CustomContext", "InputRequiredResult"}
+#: Other projects' names on docs/compared.md whose packages are not installed here
+#: (Powertools for AWS Lambda, CTRLRun).
+EXAMPLE_NAMES |= {"IdempotencyAlreadyInProgressError", "IdempotencyConfig", "NotExecuted"}
 
 
 def _example_names() -> set[str]:
