@@ -18,6 +18,7 @@ The suites' own test dependencies are the ``peer`` extra of ``pyproject.toml``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import os
 import shutil
@@ -317,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     parser.add_argument("--mode", choices=["off", "fresh", "thread", "all"], default="all")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "peer")
+    parser.add_argument(
+        "--wrap",
+        help="what the plugin wraps instead of the suite's default (--idempotent-wrap), e.g. "
+        "middleware: an IdempotencyMiddleware first in every create_agent (agents suite)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args(argv)
     suites = list(SUITES.values()) if args.suite == "all" else [SUITES[args.suite]]
@@ -325,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     for suite in suites:
         root = fetch(suite, args.cache.resolve())
         for mode in modes:
-            outcomes, code = run(suite, mode, root, args.pytest_args)
+            chosen = suite if args.wrap is None else dataclasses.replace(suite, wrap=args.wrap)
+            outcomes, code = run(chosen, mode, root, args.pytest_args)
             failed = {t for t, o in outcomes.items() if o in ("failed", "looped")}
             expected = set(BY_DESIGN[(suite.name, mode)])
             known = set(KNOWN_DEFECTS.get((suite.name, mode), {}))
