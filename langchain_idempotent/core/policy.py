@@ -143,7 +143,7 @@ class Policy:
     #: How long a reviewer's approval stays good for its effect: a stored decision older
     #: than this (on the store's clock) when the effect is about to run is asked again.
     #: ``None``: it does not expire (until the record's ``ttl``).
-    approval_ttl: float | timedelta | None = None
+    approval_ttl: float | timedelta | None = field(default=None, metadata=_CODE_ONLY)
     #: Checked immediately before each new effect, after any resume (:data:`Authorizer`):
     #: it can deny a call a human approved (a mandate revoked while the run was paused).
     authorize: Authorizer | None = field(default=None, metadata=_CODE_ONLY)
