@@ -43,6 +43,7 @@ from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
+from ._hints import engine_for
 from ._identical import has_twin
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
@@ -124,7 +125,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
         for t in tools:  # the tools given as objects: refused now, not at their first call
             if isinstance(t, BaseTool):
-                policy_of = self.engine.for_tool(t.name).policy
+                policy_of = engine_for(self.engine, t).policy
                 if self._handoff_of(t) != "rerun" and policy_of.effect_class != "read":
                     check_key_state(
                         t.name,
@@ -222,7 +223,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     def _engine(self, request: ToolCallRequest) -> Engine | None:
         """The engine of a tool this middleware wraps (its effect class applied)."""
         name = request.tool_call["name"]
-        return self.engine.for_tool(name) if name in self.tool_names else None
+        if name not in self.tool_names:
+            return None
+        tool = request.tool
+        return self.engine.for_tool(name) if tool is None else engine_for(self.engine, tool)
 
     def _step(
         self, request: ToolCallRequest, config: RunnableConfig, engine: Engine, pending: PendingCall
@@ -259,7 +263,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         call = request.tool_call
         if call["name"] not in self.tool_names or request.tool is None:
             return None
-        policy = self.engine.for_tool(call["name"]).policy
+        policy = engine_for(self.engine, request.tool).policy
         if policy.scope == "turn" and not _nested(config):  # nested: the outermost turn
             turn = _turn_from_state(request.state)
             if turn is not None:

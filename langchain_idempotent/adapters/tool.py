@@ -54,6 +54,7 @@ from ._compat import (
     to_args_and_kwargs,
 )
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
+from ._hints import engine_for
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
@@ -557,7 +558,7 @@ def idempotent(
             t = as_tool(t)
         if not single and not is_handoff(t):
             handoff = None
-        return IdempotentTool(t, engine=engine.for_tool(t.name), handoff=handoff)
+        return IdempotentTool(t, engine=engine_for(engine, t), handoff=handoff)
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]

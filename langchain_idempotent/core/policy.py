@@ -295,13 +295,14 @@ class Policy:
         """The effect class of a policy resolved by :meth:`for_tool` (``None``: none)."""
         return self.effect if isinstance(self.effect, str) else None
 
-    def for_tool(self, tool: str | None) -> Policy:
+    def for_tool(self, tool: str | None, *, hinted: EffectClass | None = None) -> Policy:
         """This policy for one tool (``None``: a call of no named tool): its effect class
-        (the one class, or its entry in the dict), and the class's preset
-        (:func:`preset`) for each of ``on_expired`` and ``approval`` left ``None``. The
-        result holds the values a call uses; it is its own ``for_tool``."""
+        (the one class, or its entry in the dict; else ``hinted``, the class the tool's
+        own annotations suggest: an explicit ``effect=`` always wins), and the class's
+        preset (:func:`preset`) for each of ``on_expired`` and ``approval`` left ``None``.
+        The result holds the values a call uses; it is its own ``for_tool``."""
         effect = self.effect
-        chosen = effect.get(tool or "") if isinstance(effect, Mapping) else effect
+        chosen = self.effect_of(tool) or hinted
         reconciled = reconciler_for(self.reconcile, tool) is not None
         unset = {
             name: value
@@ -311,6 +312,11 @@ class Policy:
         if chosen == effect and not unset:
             return self
         return dataclasses.replace(self, effect=chosen, **unset)
+
+    def effect_of(self, tool: str | None) -> EffectClass | None:
+        """The effect class ``effect=`` gives ``tool`` explicitly (``None``: none)."""
+        effect = self.effect
+        return effect.get(tool or "") if isinstance(effect, Mapping) else effect
 
     @classmethod
     def from_env(
