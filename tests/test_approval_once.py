@@ -4,7 +4,8 @@
 again; under the default ``thread`` scope the later turn replays the completed effect and
 is never asked. A decision that names another call than the one it answers is refused
 before anything is saved. (A decision is never applied to other arguments under one key:
-``test_approval_per_call.py``, ``test_a_stored_decision_approves_only_the_arguments_it_was_given_for``.)
+``test_approval_per_call.py``,
+``test_a_stored_decision_approves_only_the_arguments_it_was_given_for``.)
 """
 
 from __future__ import annotations

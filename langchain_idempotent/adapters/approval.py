@@ -5,22 +5,27 @@ A call that needs approval (``approval=True``, or a predicate over its
 :func:`~langchain_idempotent.core.policy.needs_approval`) is decided *before* it claims its key,
 by one flow (:func:`flow`) that both drivers (:func:`decide`, :func:`adecide`) run:
 
-1. its effect already completed (or failed terminally) → replay, no question;
+1. its effect already completed (or failed terminally) → replay, no question — unless the
+   call is a *twin* (an identical call of the same message under
+   ``identical_calls="share"``): twins share one effect, never a decision, so each is asked;
 2. a decision for its key and arguments is already stored (a node re-run after a
-   sibling's resume, a retry, a crash after approval) → that decision, no question;
+   sibling's resume, a retry, a crash after approval) and younger than ``approval_ttl``
+   → that decision, no question (an older one is dropped and asked again);
 3. otherwise LangGraph's ``interrupt()``, in the format ``interrupt_mode`` names (the two
    formats of LangChain's ``HumanInTheLoopMiddleware``):
 
    * ``"batched"`` (default): a ``HITLRequest`` with this one call in ``action_requests``
-     / ``review_configs``, answered with ``{"decisions": [decision]}``;
+     / ``review_configs`` (the action names its ``tool_call_id``), answered with
+     ``{"decisions": [decision]}``;
    * ``"per_call"``: a ``ToolApprovalRequest`` (``{"type": "tool_approval",
      "tool_call_id", "name", "args", "description"}``), answered with one bare decision.
 
    Both carry the call's ``idempotency_key`` and ``args_hash``, and both pass a
    ``response_schema`` (the decisions allowed, and for an edit the tool's own argument
-   schema), so LangGraph checks an answer *before it saves it*: an invalid answer is
-   refused with nothing saved (neither by LangGraph nor here) and nothing cancelled (the
-   calls answered validly in the same resume finish), and can be answered again.
+   schema), so LangGraph checks an answer *before it saves it*: an invalid answer (or one
+   that names another ``tool_call_id``) is refused with nothing saved (neither by
+   LangGraph nor here) and nothing cancelled (the calls answered validly in the same
+   resume finish), and can be answered again.
 
    * ``approve`` → the decision is stored write-once under the key, the call runs once;
    * ``edit`` → the decision is stored, and the edited call runs once under the key its
@@ -28,10 +33,15 @@ by one flow (:func:`flow`) that both drivers (:func:`decide`, :func:`adecide`) r
    * ``reject`` → an error ``ToolMessage`` with the reviewer's message; nothing runs and
      nothing is stored, so the same call asks again later.
 
-The decision record is a record of its own (key ``<key>:approval``, meta ``kind:
-approval``), written through the ordinary claim / complete protocol, so every store keeps
-it without new operations. It carries the arguments' hash, and a decision is only reused
-for the arguments it was given for. The effect's record carries ``approval`` (``approve``
+4. before a new effect, ``authorize(call_info, decision)`` (if given; sync or async): a
+   false answer or an exception denies the call like a rejection (the exception named in
+   the answer: it fails closed), nothing runs, nothing is stored, the decision is dropped.
+
+The decision record is a record of its own (key ``<key>:approval``, for a twin
+``<key>:approval:<hash of its tool call id>``; meta ``kind: approval``), written through
+the ordinary claim / complete protocol, so every store keeps it without new operations. It
+carries the arguments' hash, and a decision is only reused for the arguments it was given
+for. The effect's record carries ``approval`` (``approve``
 / ``edit``), ``reviewer`` and, after an edit, ``approval_of`` (the key that was asked) in
 its meta; ``langchain-idempotent show`` prints them.
 
@@ -448,10 +458,8 @@ def denial_message(tool: str, tool_call_id: str | None, why: str) -> ToolMessage
 def _verdict(
     pending: PendingCall, decision: Decision, config: RunnableConfig, policy: Policy
 ) -> Verdict:
+    """An approved (or edited) call, its record carrying the decision."""
     meta = decision.meta()
-    if decision.type == "reject":
-        message = rejection_message(pending.tool, pending.tool_call_id, decision)
-        return Verdict(pending, pending.tool_input, rejection=message)
     if decision.type == "approve":
         return Verdict(pending.with_meta(meta), pending.tool_input)
     args = dict(decision.args or {})
