@@ -4,6 +4,7 @@ made idempotent.
     python tests/peer/run.py                       # both suites, modes fresh and thread
     python tests/peer/run.py --suite core --mode off     # the suite's own baseline
     python tests/peer/run.py --suite prebuilt --mode thread -- -k interrupt -x
+    python tests/peer/run.py --suite agents --mode thread --wrap middleware -- -k same_tool_twice
 
 The test files come from the sdists of the *installed* versions (``pip download
 --no-binary :all: --no-deps NAME==VERSION``, cached in ``--cache``, default
