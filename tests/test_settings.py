@@ -128,6 +128,8 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "identical_calls",
         "on_fork",
         "interrupt_mode",
+        "approval_ttl",
+        "authorize",
         "key_state",
         "key_exclude",
         "encryption",  # IDEMPOTENCY_ENCRYPTION_KEYS, parsed by ResultEncryption.from_env

@@ -54,6 +54,7 @@ from ._compat import (
 )
 from ._functions import FunctionCall, tool_from_function
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
+from ._hints import engine_for
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
@@ -623,7 +624,7 @@ def _wrap_all(
             t, kind = tool_from_function(t), IdempotentFunction
         if not single and not is_handoff(t):
             handoff = None
-        return kind(t, engine=engine.for_tool(t.name), handoff=handoff)
+        return kind(t, engine=engine_for(engine, t), handoff=handoff)
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]

@@ -73,9 +73,9 @@ from ._steps import (
     _WatchStep,
 )
 from .context import IdempotencyContext, _current
-from .events import EventCounter, EventHook
+from .events import EventCounter, EventHook, IdempotencyEvent, deliver
 from .heartbeat import AsyncRenewal, schedule_renewal
-from .policy import Policy
+from .policy import EffectClass, Policy
 from .reconcile import reconciler_for
 from .record import Claim, ExpiredPolicy, abandon_kwargs
 from .serde import ResultSerializer
@@ -184,19 +184,23 @@ class Engine(Flow):
         self.on_expired: ExpiredPolicy = self.policy.on_expired or "takeover"
         self._boundary = bool(self.policy.boundary)
 
-        self._tools: dict[str, Engine] = {}
+        self._tools: dict[tuple[str, EffectClass | None], Engine] = {}
 
     def stats(self) -> dict[str, int]:
         """Events so far, by kind (``{"claim": 3, "replay": 2, ...}``)."""
         return self._counter.snapshot()
 
-    def for_tool(self, tool: str) -> Engine:
+    def for_tool(
+        self, tool: str, hinted: EffectClass | None = None, hints: Mapping[str, bool] | None = None
+    ) -> Engine:
         """The engine for one tool: this one, or (when the policy gives the tool an effect
         class, :meth:`Policy.for_tool`) a sibling on the same store, serializer, hooks and
-        counters with that tool's policy."""
-        sibling = self._tools.get(tool)
+        counters with that tool's policy. ``hinted``: the class the tool's annotations
+        (``hints``) suggest, used when ``effect=`` names none for it; an
+        ``effect_inferred`` event says so, once per tool."""
+        sibling = self._tools.get((tool, hinted))
         if sibling is None:
-            policy = self._given.for_tool(tool)
+            policy = self._given.for_tool(tool, hinted=hinted)
             if policy == self.policy:
                 sibling = self
             else:
@@ -208,7 +212,10 @@ class Engine(Flow):
                     never_terminal=self.never_terminal,
                 )
                 sibling._counter = self._counter
-            self._tools[tool] = sibling
+            self._tools[(tool, hinted)] = sibling
+            if hinted is not None and self._given.effect_of(tool) is None:
+                detail = {"effect": hinted, "hints": dict(hints or {})}
+                deliver(IdempotencyEvent("effect_inferred", "", tool, detail=detail), self.on_event)
         return sibling
 
     def claim_request(
