@@ -10,6 +10,7 @@
     langchain-idempotent rotate  [--namespace N] [--thread T] [--seal-plaintext] [--yes]
     langchain-idempotent doctor  [--pings N] [--strict] [--json]
     langchain-idempotent explain --tool NAME --args JSON [--thread T] [--checkpoint-ns NS] ...
+    langchain-idempotent --version
 
 Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…``,
 ``rediss://…``, ``unix://…``, ``redis+cluster://…``, ``rediss+cluster://…``,
@@ -187,6 +188,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Inspect and repair the records of langchain-idempotent "
         "(leases and memoized tool results).",
     )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ls = sub.add_parser("ls", parents=[common], help="list records")
@@ -263,6 +267,23 @@ def _parser() -> argparse.ArgumentParser:
 
     add_explain(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, read from the package metadata only when asked
+    (argparse's own ``version`` action would need it each time the parser is built)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from .. import __version__
+
+        print(f"{PROG} {__version__}")  # on stdout, as argparse's own version action does
+        parser.exit()
 
 
 def _positive_int(text: str) -> int:
