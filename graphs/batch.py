@@ -528,8 +528,9 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
 
 #: Seconds per ticket and mode of the default run (1,400 tickets, 4 workers, SQLite) on a
 #: 2-core machine: idle, about 2 minutes for the three modes (issue 40's fresh clone);
-#: busy, 293 s (``time python -m graphs.batch`` at load average 15, other jobs running).
-SECONDS_PER_TICKET = (0.025, 0.07)
+#: busy, 293 s and 382 s (two runs of ``python -m graphs.batch`` at load average 15 and
+#: 18, other jobs running on the machine).
+SECONDS_PER_TICKET = (0.025, 0.09)
 
 
 def start_line(opts: BatchOptions) -> str:

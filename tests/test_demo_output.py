@@ -28,9 +28,9 @@ def _console(*, terminal: bool) -> Console:
 
 def test_the_demo_says_how_long_it_takes_before_it_starts() -> None:
     said = start_line(BatchOptions())
-    assert "1,400 tickets" in said and "about 2-5 min on 2 cores" in said
+    assert "1,400 tickets" in said and "about 2-6 min on 2 cores" in said
     assert all(len(line) <= 80 for line in said.splitlines())
-    assert "about 14-39 s" in start_line(BatchOptions(tickets=280, modes=("none", "idempotent")))
+    assert "about 14-50 s" in start_line(BatchOptions(tickets=280, modes=("none", "idempotent")))
     assert "a few seconds" in start_line(BatchOptions(tickets=20, modes=("none",)))
 
 
