@@ -9,7 +9,7 @@
     langchain-idempotent resolve KEY (--result JSON | --text TEXT | --free) [--force] [--yes]
     langchain-idempotent rotate  [--namespace N] [--thread T] [--seal-plaintext] [--yes]
     langchain-idempotent doctor  [--pings N] [--strict] [--json]
-    langchain-idempotent explain --tool NAME --args JSON [--thread T] [--checkpoint-ns NS] ...
+    langchain-idempotent explain --tool NAME --args JSON --thread T [--node N] [--key K [--url U]]
     langchain-idempotent --version
 
 Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…``,

@@ -5,7 +5,8 @@
     langchain-idempotent explain --tool issue_refund --args '{"invoice_id": "INV-7", "amount": 140}'
         --thread t-1 [--checkpoint-ns 'billing:9dd2…|1|tools:41c5…'] [--node tools]
         [--agent billing_agent] [--parent-call KEY] [--scope thread|turn|call]
-        [--turn ID] [--tool-call-id ID] [--namespace N] [--inputs JSON] [--key KEY] [--json]
+        [--turn ID] [--tool-call-id ID] [--namespace N] [--inputs JSON] [--json]
+        [--key KEY [--url URL [--prefix P] [--table T]]]
 
 Prints the key and each part in the order it is hashed (version, namespace, scope, thread,
 graph path, node, agent, calling call, tool, arguments, inputs, scope part) — the graph
