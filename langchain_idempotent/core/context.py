@@ -237,7 +237,17 @@ _scope: ContextVar[str | None] = ContextVar("langchain_idempotent_scope", defaul
 
 
 def get_idempotency_context() -> IdempotencyContext | None:
-    """The context of the idempotent call running now, or ``None`` outside one."""
+    """The context of the idempotent call running now, or ``None`` outside one.
+
+    ``None`` is an answer, not an error: the same tool may run wrapped and unwrapped (a
+    baseline, a test, an ``effect="read"`` tool), so a tool that hands the key downstream
+    guards for it::
+
+        ctx = get_idempotency_context()
+        key = ctx.key if ctx else None  # unwrapped: no key to send
+
+    (:func:`side_effect`, which has nothing to mark outside a call, raises instead.)
+    """
     return _current.get()
 
 
