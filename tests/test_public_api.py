@@ -153,6 +153,7 @@ FOREIGN_MODULES = [
     "mcp.server.mcpserver",  # ... renamed MCPServer in mcp 2: whichever is installed
     "mcp.server.lowlevel",
     "fastmcp",
+    "langchain_mcp_adapters.client",  # MultiServerMCPClient (docs/mcp.md, the hints)
     "langchain_idempotent.integrations.remote",
     "langgraph.pregel.remote",
     "langchain_idempotent.core.engine",
