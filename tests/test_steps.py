@@ -223,30 +223,30 @@ class FileEffects(Effects):
         return self.path.read_text().split().count(name)
 
 
+def killed_then_run_again(
+    script: str, folder: Path, kind: str, *, ready: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (``python -c script folder start kind``) until it prints ``ready``,
+    SIGKILL it, then run it again in a new process (``... resume kind``): that run."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    argv = [sys.executable, "-c", script, str(folder)]
+    worker = subprocess.Popen([*argv, "start", kind], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == ready
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    return subprocess.run(
+        [*argv, "resume", kind], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
 @pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "steps"])
 def test_a_refund_before_interrupt_runs_once_when_a_new_process_resumes_a_killed_worker(
     tmp_path: Path, wrapped: bool
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     kind = "steps" if wrapped else "plain"
-    worker = subprocess.Popen(
-        [sys.executable, "-c", _WORKER, str(tmp_path), "start", kind],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == "paused"
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
-    resumed = subprocess.run(
-        [sys.executable, "-c", _WORKER, str(tmp_path), "resume", kind],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    resumed = killed_then_run_again(_WORKER, tmp_path, kind, ready="paused")
     assert resumed.stdout.strip() == "done", resumed.stderr
     log = (tmp_path / "effects.log").read_text().split()
     assert log.count("email") == 1
