@@ -504,3 +504,16 @@ def test_a_step_in_a_tool_called_in_a_scope_runs_once() -> None:
     with idempotency_scope("order-1"):
         tool.invoke(REFUND)
     assert effects.count("refund") == 1
+
+
+def test_a_step_name_used_again_with_the_same_function_in_one_run_returns_its_result() -> None:
+    w = World(InMemoryIdempotencyStore())
+    sent: list[str] = []
+
+    def run() -> str:
+        first = step("email", sent.append, "hello")  # a bound method, made anew each time
+        again = step("email", sent.append, "hello")
+        return f"{first} {again}"
+
+    assert w.engine.run("k", fingerprint="fp", action=run) == "None None"
+    assert sent == ["hello"]

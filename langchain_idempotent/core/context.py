@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import FunctionType, MethodType, TracebackType
 from typing import Any
 
 __all__ = [
@@ -170,7 +170,7 @@ class IdempotencyContext:
         seen = self._journal.seen
         identity = _identity(fn)
         first = seen.setdefault(name, identity)
-        if first is not identity:
+        if first != identity:  # (a bound method is made anew each time: compared equal)
             raise SideEffectMisuseError(
                 f"step {name!r} was already run with another function in this call of tool "
                 f"{self._journal.tool!r}: a step's name is its identity (its stored result is "
@@ -207,8 +207,8 @@ class IdempotencyContext:
 def _identity(fn: Callable[..., Any]) -> object:
     """What makes two functions the same step's: the code they run (a lambda re-created on
     each run is the same step; two lambdas are not), else the callable itself."""
-    target = getattr(fn, "__func__", fn)
-    return getattr(target, "__code__", target)
+    target = fn.__func__ if isinstance(fn, MethodType) else fn
+    return target.__code__ if isinstance(target, FunctionType) else target
 
 
 async def _awaited(value: Any) -> Any:

@@ -49,12 +49,13 @@ runs again, and the wrapped value is returned to the caller.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import random
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
+from types import BuiltinFunctionType, FunctionType, MappingProxyType, MethodType
 from typing import Any, TypeVar
 
 from ..errors import IdempotencyError, UnstorableResultError
@@ -142,9 +143,11 @@ def step_fingerprint(fn: Callable[..., Any]) -> str:
     """A step's payload identity: the function it runs, by module and qualified name (a
     re-executed tool re-creates its lambdas; a deploy between pause and resume keeps the
     names). Another function under the same name is a mismatch."""
-    target = getattr(fn, "__func__", fn)
-    module = getattr(target, "__module__", "")
-    name = f"{module}.{getattr(target, '__qualname__', type(fn).__name__)}"
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if isinstance(target, MethodType):
+        target = target.__func__
+    kind = target if isinstance(target, (FunctionType, BuiltinFunctionType, type)) else type(target)
+    name = f"{kind.__module__}.{kind.__qualname__}"
     return hashlib.sha256(f"step:{name}".encode()).hexdigest()
 
 
