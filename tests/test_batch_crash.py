@@ -10,6 +10,7 @@ the same way, refunds again every call it had finished.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,8 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
 
+from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 from tests.support.batch_crash import CALLS
+from tests.support.counting import CountingStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 
 __all__ = ["pg_server", "pg_table", "pg_url"]  # the fixtures this module uses
@@ -94,3 +102,41 @@ def test_the_plain_tool_resumed_after_the_kill_refunds_the_finished_calls_again(
     refunds = _refunds(tmp_path)
     assert report["answered"] == CALLS
     assert len(set(refunds)) == CALLS and len(refunds) >= CALLS + KILL_AFTER
+
+
+# -- what the start marks cost ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_step_claims_in_one_round_trip_and_marks_only_calls_that_started_late(
+    face: str,
+) -> None:
+    def refund(invoice: str) -> str:
+        """Refund an invoice."""
+        return f"refunded {invoice}"
+
+    async def arefund(invoice: str) -> str:
+        await asyncio.sleep(0)
+        return f"refunded {invoice}"
+
+    store = CountingStore(InMemoryIdempotencyStore())
+    tools = idempotent([StructuredTool.from_function(refund, coroutine=arefund)], store)
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "tools")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    refunds = [{"name": "refund", "args": {"invoice": f"I{i}"}, "id": f"c{i}"} for i in range(8)]
+    message = {"messages": [HumanMessage("refund"), AIMessage("", tool_calls=refunds)]}
+    for run in ("first", "replay"):
+        store.reset()
+        config: Any = {"configurable": {"thread_id": "t"}}
+        if face == "sync":
+            graph.invoke(message, config)
+        else:
+            asyncio.run(graph.ainvoke(message, config))
+        marks = store.counts["mark_effect"] + store.counts["amark_effect"]
+        assert store.claims() == (0, 1), (run, store.counts)
+        if run == "replay" or face == "async":  # a replay runs nothing; gathered calls arrive
+            assert marks == 0, (run, store.counts)
+        else:  # a call that reached its adapter after the batch was claimed marks its start
+            assert marks <= len(refunds) - 1
