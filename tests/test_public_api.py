@@ -128,6 +128,7 @@ FOREIGN_MODULES = [
     "langchain_core.tools",
     "langgraph.errors",
     "langgraph.prebuilt",
+    "langgraph.graph",
     "langgraph.types",
     "langgraph.checkpoint.memory",
     "langchain.agents.middleware.human_in_the_loop",

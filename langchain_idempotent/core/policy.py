@@ -97,8 +97,11 @@ def _check_approval(setting: object, mode: object) -> None:
 @dataclass(frozen=True, kw_only=True)
 class Policy:
     #: How long a claim is held without renewal; renewed every ``lease * renew_fraction``
-    #: while the tool runs, so it only bounds how long a *crashed* owner blocks the key.
-    lease: float | timedelta = 30.0
+    #: while the tool runs, so it only bounds how long a *crashed* owner blocks the key
+    #: (a dead worker's call is taken over within it). A live owner that cannot renew for
+    #: longer than ``lease * (1 - renew_fraction)`` (a process paused, a blocked event loop
+    #: in an async tool, a GIL-holding stall) may be taken over: raise it for such tools.
+    lease: float | timedelta = 2.0
     #: How long records (results and leases) are kept; at least ``lease``. A
     #: human-in-the-loop thread that resumes later than this can run the tool again.
     ttl: float | timedelta = timedelta(hours=24)
@@ -122,8 +125,8 @@ class Policy:
     allowed_types: tuple[type | tuple[str, str], ...] = field(default=(), metadata=_CODE_ONLY)
     #: The largest serialized result that is stored (``ResultTooLargeError`` above it).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
-    #: Renew the lease after this fraction of it has passed.
-    renew_fraction: float = 1 / 3
+    #: Renew the lease after this fraction of it has passed (every 0.5 s by default).
+    renew_fraction: float = 1 / 4
     #: Separates applications and tenants sharing one store.
     namespace: str = "default"
     #: What one effect is: ``"thread"``, ``"turn"``, ``"call"`` or a key function.
