@@ -442,16 +442,17 @@ async def test_an_async_connection_closed_under_a_write_is_a_store_error_not_a_c
     redis_server: RedisServer, redis_prefix: str
 ) -> None:
     # redis-py's asyncio connection can lose its writer between its "connected?" check and
-    # the write (redis/redis-py#3546, #4287): its AttributeError must surface as the store
-    # being unavailable (and be retried), not escape as a bug in the caller's code.
+    # the write. Before redis-py 8.2 that leaked an AttributeError or TypeError from its I/O
+    # code (redis/redis-py#3546, #4287); 8.2 raises a ConnectionError itself (#4288). Either
+    # way it must surface as the store being unavailable, not as a bug in the caller's code.
     store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix, retries=0)
     await store.aget("warm-up")
     client = store._async()
     [conn] = list(client.connection_pool._available_connections)
     normal = type(conn)
     conn.__class__ = type("Racy", (normal,), {"is_connected": property(lambda self: True)})
-    conn._writer = None  # closed by another task after the check
-    with pytest.raises(StoreUnavailableError, match="closed under a write") as info:
+    conn._writer = None  # closed by another task after the check, on every write
+    with pytest.raises(StoreUnavailableError, match="closed") as info:
         await store.aclaim(
             ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
         )
@@ -468,14 +469,20 @@ async def test_an_async_connection_closed_under_a_write_is_a_store_error_not_a_c
 async def test_an_async_connection_closed_under_a_write_once_is_retried_at_once(
     redis_server: RedisServer, redis_prefix: str
 ) -> None:
+    # A stale pooled connection is not the server being down: the store resends at once,
+    # even with retries=0, whichever way the installed redis-py reports the closed writer.
     store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix, retries=0)
     await store.aget("warm-up")
     [conn] = list(store._async().connection_pool._available_connections)
     normal = type(conn)
+    raced = []
 
     def racy(self: Any) -> bool:
+        # redis-py's write (send_packed_command, 5.0 to 8.2) asks "connected?" and then
+        # writes: the race happens once, between the two.
         if sys._getframe(1).f_code.co_name == "send_packed_command":
-            self.__class__ = normal  # the race happens once, between the check and the write
+            self.__class__ = normal
+            raced.append(True)
         return True
 
     conn.__class__ = type("Racy", (normal,), {"is_connected": property(racy)})
@@ -483,6 +490,7 @@ async def test_an_async_connection_closed_under_a_write_once_is_retried_at_once(
     claimed = await store.aclaim(
         ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
     )
+    assert raced, "the race was not simulated: redis-py's write path has changed"
     assert claimed.outcome is ClaimOutcome.ACQUIRED  # even with retries=0
     await store.aclose()
 
