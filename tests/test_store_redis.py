@@ -723,6 +723,7 @@ GOOD = {
     "attempt": "1",
     "created_at": "1",
     "updated_at": "1",
+    "effect": "unmarked",
 }
 
 
@@ -771,6 +772,24 @@ def test_a_malformed_record_is_refused_as_corrupt_and_left_untouched(
     assert r.hgetall(name) == before
     assert not (tmp_path / "ran").exists()
     assert redis_store.delete("k")  # an operator can still remove it
+
+
+def test_a_record_an_earlier_development_build_wrote_is_refused_naming_it_and_left_untouched(
+    redis_store: RedisIdempotencyStore, r: redis.Redis
+) -> None:
+    # One layout: development builds before the first release wrote records without the
+    # side-effect mark. Such a record is never read as if it were this layout's.
+    name = rkey(redis_store, "k")
+    r.hset(name, mapping={k: v for k, v in GOOD.items() if k != "effect"})
+    before = r.hgetall(name)
+    for op in ("claim", "renew", "complete", "get"):
+        with pytest.raises(CorruptRecordError) as info:
+            _every_operation(redis_store)[op]()
+        assert "a development build before 0.1.0 wrote it" in str(info.value), op
+        assert "delete" in str(info.value), op
+    assert r.hgetall(name) == before
+    assert redis_store.delete("k")  # the way out: delete it, and the key starts afresh
+    assert claim(redis_store, "k", "b").outcome is ClaimOutcome.ACQUIRED
 
 
 def test_a_key_of_another_type_holding_a_pickle_is_corrupt_and_never_unpickled(

@@ -91,8 +91,10 @@ local function load(key, version)
   local done = state == 'completed' or state == 'failed'
   if not (done or state == 'running' or state == 'free') then return nil, 'unknown state' end
   local rec = {state = state, done = done, owner = f[3], fence = int(f[4]), lease_until = int(f[5]),
-               fingerprint = f[6], attempt = int(f[7]), payload = f[8],
-               effect = f[9] or 'unmarked'}  -- absent: written before the side-effect mark
+               fingerprint = f[6], attempt = int(f[7]), payload = f[8], effect = f[9]}
+  if not rec.effect then  -- the layout of development builds before the first release
+    return nil, 'no effect mark (a development build before 0.1.0 wrote it)'
+  end
   if not (rec.effect == 'unmarked' or rec.effect == 'before' or rec.effect == 'entered') then
     return nil, 'unknown effect mark'
   end
@@ -226,7 +228,7 @@ if not rec then
   -- expired or evicted while the tool ran: this result is the only one
   local fields = {'version', ARGV[7], 'state', state, 'owner', ARGV[1], 'fence', fence,
                   'lease_until', 0, 'fingerprint', ARGV[3], 'attempt', 1, 'payload', ARGV[4],
-                  'created_at', now, 'updated_at', now}
+                  'created_at', now, 'updated_at', now, 'effect', 'unmarked'}
   redis.call('HSET', key, unpack(add_meta(fields, 8)))
 else
   if rec.state == 'running' and rec.owner == ARGV[1] and rec.fence == fence then stale = 0 end
@@ -538,6 +540,8 @@ def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
     try:
         if fields.get(b"version") != _VERSION.encode():
             raise ValueError(f"unknown format version {fields.get(b'version')!r}")
+        if b"effect" not in fields:  # the layout of development builds before 0.1.0
+            raise ValueError("no effect mark (a development build before 0.1.0 wrote it)")
         state = _STATES[fields[b"state"]]
         ints = {name: _int(fields[name]) for name in _INT_FIELDS}
         payload = fields.get(b"payload")
@@ -561,7 +565,7 @@ def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
             updated_at=ints[b"updated_at"],
             version=FORMAT_VERSION,
             meta=meta,
-            effect=_EFFECTS[fields.get(b"effect", b"unmarked")],
+            effect=_EFFECTS[fields[b"effect"]],
         )
     except (KeyError, ValueError, AttributeError, TypeError) as exc:
         raise CorruptRecordError(

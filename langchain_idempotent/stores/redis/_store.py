@@ -7,8 +7,9 @@ Spec:
   Fields: ``version state owner fence lease_until fingerprint attempt payload created_at
   updated_at`` (one per :class:`~langchain_idempotent.core.record.Record` field; integers in
   decimal, ``payload`` raw bytes, only on completed / failed records) and ``m:<name>`` for
-  each ``meta`` entry. Nothing is JSON or pickle: the store hands ``payload`` back as bytes
-  and never decodes it.
+  each ``meta`` entry, and ``effect``. Nothing is JSON or pickle: the store hands
+  ``payload`` back as bytes and never decodes it. One layout: a record without ``effect``
+  (written by a development build before 0.1.0) is refused as corrupt.
 - **Protocol.** Each operation is **one Lua script, one round trip** (``EVALSHA``; on
   ``NOSCRIPT`` the script is sent once with ``EVAL``, which also caches it). The scripts
   (:mod:`._scripts`) implement the decision table of :mod:`langchain_idempotent.core.protocol`
