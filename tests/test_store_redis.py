@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import pickle
+import random
 import statistics
 import sys
 import threading
@@ -136,6 +137,34 @@ def test_a_record_is_one_hash_whose_key_and_channel_share_a_cluster_slot(
     assert fields[b"m:thread_id"] == b"t-1"
     assert b"payload" not in fields
     assert key_slot(name.encode()) == key_slot(f"{name}:done".encode())
+
+
+@pytest.mark.parametrize("size", [0, 64, 65, 110, 128, 129, 64 * 96, 64 * 96 + 1, 20_000])
+async def test_a_result_is_stored_in_pieces_that_keep_a_small_record_compact_and_read_back_exactly(
+    redis_store: RedisIdempotencyStore, r: redis.Redis, size: int
+) -> None:
+    # Redis' default hash-max-listpack-value is 64: one longer value turns the whole hash
+    # into a hash table (about 2.5 times the bytes), so a result is kept in pieces of at
+    # most 64 bytes, up to 96 of them.
+    payload = bytes(random.Random(size).randrange(256) for _ in range(size))
+    c = claim(redis_store, "k", "a")
+    assert complete(redis_store, "k", "a", c.fence, payload).stored
+    name = rkey(redis_store, "k")
+    pieces = [f for f in r.hkeys(name) if f.startswith(b"payload")]
+    if size <= 64 * 96:
+        assert len(pieces) == max(1, -(-size // 64))
+        assert r.object("encoding", name) == b"listpack"
+    else:
+        assert pieces == [b"payload"]
+    assert claim(redis_store, "k", "b").payload == payload  # replay
+    areplay = await redis_store.aclaim(
+        ClaimRequest("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
+    assert areplay.payload == payload
+    assert redis_store.get("k").payload == payload  # type: ignore[union-attr]
+    assert complete(redis_store, "k", "c", 9, b"late").payload == payload  # write-once
+    [listed] = redis_store.list()
+    assert listed.payload == payload
 
 
 def test_retention_is_max_of_ttl_and_lease_on_claim_and_ttl_on_completion(
