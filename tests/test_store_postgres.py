@@ -176,6 +176,21 @@ def test_a_table_whose_functions_are_not_this_releases_is_refused_and_left_as_it
         fresh.close()
 
 
+def test_a_table_dropped_by_hand_is_refused_until_it_is_dropped_whole(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    store.setup()
+    sql(pg_url, f"DROP TABLE {pg_table}")  # the layout row and functions stay behind
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        with pytest.raises(StoreUnavailableError, match=f"the table '{pg_table}' is missing"):
+            fresh.setup()
+        fresh.drop()
+        assert claim(fresh, "k", "a").outcome is ClaimOutcome.ACQUIRED
+    finally:
+        fresh.close()
+
+
 def test_a_replay_is_answered_by_a_plain_read_without_the_claim_function(
     store: PostgresIdempotencyStore, pg_url: str, pg_table: str
 ) -> None:

@@ -58,14 +58,14 @@ def setup_op(q: _Queries) -> Op[None]:
         yield Stmt(q.schema_table, fetch="none")
         row = yield Stmt(q.read_version, (q.table,))
         functions = list((yield Stmt(q.functions, fetch="all")))
+        has_table, has_development = yield Stmt(q.found, (q.table,))
         if row is not None:
-            refusal = q.refusal(int(row[0]), functions)
+            refusal = q.refusal(int(row[0]), functions, has_table)
+        elif not has_table and not functions:
+            for query, params in q.creation():
+                yield Stmt(query, params, fetch="none")
+            return
         else:
-            has_table, has_development = yield Stmt(q.found, (q.table,))
-            if not has_table and not functions:
-                for query, params in q.creation():
-                    yield Stmt(query, params, fetch="none")
-                return
             old = (yield Stmt(q.development_version, (q.table,))) if has_development else None
             refusal = q.refusal(None, functions, has_table, old[0] if old else None)
         if refusal is not None:

@@ -540,7 +540,7 @@ class _Queries:
     ) -> str | None:
         """Why setup() refuses this table, or ``None`` when it is this layout. ``stored``: the
         layout version it holds (``None``: no row); ``functions``: the rows of
-        ``_FUNCTIONS``; for a table with no row, whether it exists and the version an
+        ``_FUNCTIONS``; whether the table exists; for a table with no row, the version an
         earlier build kept in ``langchain_idempotent_schema`` (``None``: none)."""
         t = self.table
         if stored is not None and stored > SCHEMA_VERSION:
@@ -552,9 +552,11 @@ class _Queries:
                 "their calls again"
             )
         held = sorted((name, args or [], body) for _, name, args, body in functions)
-        if stored == SCHEMA_VERSION and held == self._functions:
+        if stored == SCHEMA_VERSION and held == self._functions and has_table:
             return None
-        if stored == SCHEMA_VERSION:
+        if stored == SCHEMA_VERSION and held == self._functions:
+            found = f"the table {t!r} is missing (its layout row and functions are there)"
+        elif stored == SCHEMA_VERSION:
             found = f"the functions of table {t!r} are not the ones this release installs"
         elif stored is not None:
             found = f"the table {t!r} has schema version {stored!r}, which no release wrote"
