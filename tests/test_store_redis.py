@@ -548,6 +548,21 @@ async def test_a_hung_server_times_out_on_the_async_path_too(server: RedisServer
     await store.aclose()
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_describe_reads_the_servers_config_over_resp2_and_resp3(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    # CONFIG GET answers a map over RESP3 and a flat list of pairs over RESP2 (a client
+    # built with protocol=2, and every client of redis-py before 8).
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    try:
+        [server] = RedisIdempotencyStore(client).describe()["servers"]
+        assert server["appendfsync"] == client.config_get("appendfsync")["appendfsync"]
+        assert server["save"] is not None
+    finally:
+        client.close()
+
+
 def test_constructing_a_store_never_connects() -> None:
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
     stores = [
