@@ -77,62 +77,116 @@ def sql(url: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
 # -- schema ------------------------------------------------------------------------------------
 
 
-def test_setup_is_idempotent_and_records_the_schema_version(
+def _layout(url: str, table: str) -> list[tuple[Any, ...]]:
+    """What setup() made of ``table``: its layout row, columns, indexes and functions (with
+    their oids, so that a function dropped and created again shows)."""
+    return sql(
+        url,
+        "SELECT 'row', version::text FROM langchain_idempotent_layout WHERE table_name = %s "
+        "UNION ALL SELECT 'column', column_name || ' ' || data_type "
+        "FROM information_schema.columns WHERE table_name = %s "
+        "UNION ALL SELECT 'index', indexdef FROM pg_indexes WHERE tablename = %s "
+        "UNION ALL SELECT 'function', oid::text || ' ' || prosrc FROM pg_proc "
+        "WHERE proname IN (%s, %s) ORDER BY 1, 2",
+        table,
+        table,
+        table,
+        f"{table}_claim",
+        f"{table}_complete",
+    )
+
+
+def test_setup_records_layout_1_and_setting_it_up_again_changes_nothing(
     store: PostgresIdempotencyStore, pg_url: str, pg_table: str
 ) -> None:
     store.setup()
+    before = _layout(pg_url, pg_table)
+    assert ("row", "1") in before and pg_sql.SCHEMA_VERSION == 1
     store.setup()
-    rows = sql(
-        pg_url, "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s", pg_table
-    )
-    assert rows == [(pg_sql.SCHEMA_VERSION,)]
-    assert claim(store, "k", "a").outcome is ClaimOutcome.ACQUIRED
-
-
-def test_setup_upgrades_a_table_of_an_older_stored_version_and_keeps_its_rows(
-    store: PostgresIdempotencyStore,
-    pg_url: str,
-    pg_table: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    store.setup()
-    c = claim(store, "kept", "a")
-    complete(store, "kept", "a", c.fence, b"old row")
-    older = "UPDATE langchain_idempotent_schema SET version = 4 WHERE table_name = %s"
-    sql(pg_url, older, pg_table)
-    # A later release adds what older layouts lack (here: one more index).
-    v_next = "CREATE INDEX IF NOT EXISTS {t}_updated ON {t} (updated_at)"
-    monkeypatch.setattr(pg_sql, "_UPGRADE", (*pg_sql._UPGRADE, v_next))
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
-        assert claim(fresh, "kept", "b").payload == b"old row"  # auto_setup upgraded it
-        version = "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s"
-        assert sql(pg_url, version, pg_table) == [(pg_sql.SCHEMA_VERSION,)]
-        assert sql(pg_url, "SELECT 1 FROM pg_indexes WHERE indexname = %s", f"{pg_table}_updated")
+        fresh.setup()
+        assert _layout(pg_url, pg_table) == before
+        assert claim(fresh, "k", "a").outcome is ClaimOutcome.ACQUIRED
     finally:
         fresh.close()
 
 
-def test_setup_restores_the_functions_of_a_table_whose_schema_row_was_lost(
+def _earlier_build(url: str, table: str) -> None:
+    """An earlier development build's marker: today's table and functions, set up and then
+    recorded as that build recorded them (a version in langchain_idempotent_schema, no
+    layout row), with a completed record."""
+    s = PostgresIdempotencyStore.from_url(url, table=table)
+    try:
+        c = claim(s, "kept", "a")
+        complete(s, "kept", "a", c.fence, b"old row")
+    finally:
+        s.close()
+    sql(url, "DELETE FROM langchain_idempotent_layout WHERE table_name = %s", table)
+    sql(
+        url,
+        "CREATE TABLE IF NOT EXISTS langchain_idempotent_schema "
+        "(table_name text PRIMARY KEY, version integer NOT NULL)",
+    )
+    sql(url, "INSERT INTO langchain_idempotent_schema VALUES (%s, 4)", table)
+
+
+def test_a_table_an_earlier_development_build_set_up_is_refused_and_left_as_it_is(
+    pg_url: str, pg_table: str
+) -> None:
+    _earlier_build(pg_url, pg_table)
+    before = _layout(pg_url, pg_table)
+    s = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        for attempt in (s.setup, lambda: claim(s, "kept", "b"), lambda: s.get("kept")):
+            with pytest.raises(StoreUnavailableError) as err:
+                attempt()
+            message = str(err.value)
+            assert "schema version 4 in langchain_idempotent_schema" in message
+            assert "earlier development build" in message and "set up again" in message
+            assert f"DROP TABLE {pg_table}" in message
+        assert _layout(pg_url, pg_table) == before  # no DDL, no layout row, same functions
+        assert sql(pg_url, f"SELECT owner, payload FROM {pg_table}") == [("a", b"old row")]
+        # The way out: drop it and set up again.
+        s.drop()
+        assert claim(s, "kept", "b").outcome is ClaimOutcome.ACQUIRED
+    finally:
+        s.close()
+        sql(pg_url, "DELETE FROM langchain_idempotent_schema WHERE table_name = %s", pg_table)
+
+
+def test_a_table_whose_functions_are_not_this_releases_is_refused_and_left_as_it_is(
+    store: PostgresIdempotencyStore, pg_url: str, pg_table: str
+) -> None:
+    # setup() compares the functions the database holds with a fresh setup's: a claim
+    # function of another body (an earlier build's, a hand edit) is never run or replaced.
+    store.setup()
+    sql(
+        pg_url,
+        f"CREATE OR REPLACE FUNCTION {pg_table}_complete(p_key text) RETURNS int "
+        "LANGUAGE sql AS 'SELECT 1'",
+    )
+    before = _layout(pg_url, pg_table)
+    fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
+    try:
+        with pytest.raises(StoreUnavailableError, match=r"functions of table .* are not the ones"):
+            fresh.setup()
+        assert _layout(pg_url, pg_table) == before
+    finally:
+        fresh.close()
+
+
+def test_a_table_dropped_by_hand_is_refused_until_it_is_dropped_whole(
     store: PostgresIdempotencyStore, pg_url: str, pg_table: str
 ) -> None:
     store.setup()
-    c = claim(store, "kept", "a")
-    complete(store, "kept", "a", c.fence, b"old row")
-    sql(pg_url, f"DROP FUNCTION {pg_table}_claim")
-    sql(pg_url, f"DROP FUNCTION {pg_table}_complete")
-    sql(pg_url, "DELETE FROM langchain_idempotent_schema WHERE table_name = %s", pg_table)
+    sql(pg_url, f"DROP TABLE {pg_table}")  # the layout row and functions stay behind
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
     try:
-        assert claim(fresh, "kept", "b").payload == b"old row"
-        taken = claim(fresh, "new", "b")
-        assert taken.outcome is ClaimOutcome.ACQUIRED
-        rows = sql(
-            pg_url,
-            "SELECT version FROM langchain_idempotent_schema WHERE table_name = %s",
-            pg_table,
-        )
-        assert rows == [(pg_sql.SCHEMA_VERSION,)] == [(5,)]
+        with pytest.raises(StoreUnavailableError, match=f"the table '{pg_table}' is missing"):
+            fresh.setup()
+        fresh.drop()
+        assert claim(fresh, "k", "a").outcome is ClaimOutcome.ACQUIRED
     finally:
         fresh.close()
 
@@ -176,7 +230,7 @@ def test_a_table_of_a_newer_schema_is_refused(
     store.setup()
     sql(
         pg_url,
-        "UPDATE langchain_idempotent_schema SET version = 99 WHERE table_name = %s",
+        "UPDATE langchain_idempotent_layout SET version = 99 WHERE table_name = %s",
         pg_table,
     )
     fresh = PostgresIdempotencyStore.from_url(pg_url, table=pg_table)
@@ -234,7 +288,7 @@ async def test_drop_removes_the_table_its_functions_and_schema_row_and_the_next_
         with psycopg.connect(pg_url, autocommit=True) as conn:
             left = conn.execute(
                 "SELECT to_regclass(%s), (SELECT count(*) FROM pg_proc WHERE proname LIKE %s), "
-                "(SELECT count(*) FROM langchain_idempotent_schema WHERE table_name = %s)",
+                "(SELECT count(*) FROM langchain_idempotent_layout WHERE table_name = %s)",
                 (pg_table, f"{pg_table}_%", pg_table),
             ).fetchone()
         assert left == (None, 0, 0)

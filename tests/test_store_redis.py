@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import pickle
+import random
 import statistics
 import sys
 import threading
@@ -136,6 +137,34 @@ def test_a_record_is_one_hash_whose_key_and_channel_share_a_cluster_slot(
     assert fields[b"m:thread_id"] == b"t-1"
     assert b"payload" not in fields
     assert key_slot(name.encode()) == key_slot(f"{name}:done".encode())
+
+
+@pytest.mark.parametrize("size", [0, 64, 65, 110, 128, 129, 64 * 96, 64 * 96 + 1, 20_000])
+async def test_a_result_is_stored_in_pieces_that_keep_a_small_record_compact_and_read_back_exactly(
+    redis_store: RedisIdempotencyStore, r: redis.Redis, size: int
+) -> None:
+    # Redis' default hash-max-listpack-value is 64: one longer value turns the whole hash
+    # into a hash table (about 2.5 times the bytes), so a result is kept in pieces of at
+    # most 64 bytes, up to 96 of them.
+    payload = bytes(random.Random(size).randrange(256) for _ in range(size))
+    c = claim(redis_store, "k", "a")
+    assert complete(redis_store, "k", "a", c.fence, payload).stored
+    name = rkey(redis_store, "k")
+    pieces = [f for f in r.hkeys(name) if f.startswith(b"payload")]
+    if size <= 64 * 96:
+        assert len(pieces) == max(1, -(-size // 64))
+        assert r.object("encoding", name) == b"listpack"
+    else:
+        assert pieces == [b"payload"]
+    assert claim(redis_store, "k", "b").payload == payload  # replay
+    areplay = await redis_store.aclaim(
+        ClaimRequest("k", owner="b", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
+    )
+    assert areplay.payload == payload
+    assert redis_store.get("k").payload == payload  # type: ignore[union-attr]
+    assert complete(redis_store, "k", "c", 9, b"late").payload == payload  # write-once
+    [listed] = redis_store.list()
+    assert listed.payload == payload
 
 
 def test_retention_is_max_of_ttl_and_lease_on_claim_and_ttl_on_completion(
@@ -442,16 +471,17 @@ async def test_an_async_connection_closed_under_a_write_is_a_store_error_not_a_c
     redis_server: RedisServer, redis_prefix: str
 ) -> None:
     # redis-py's asyncio connection can lose its writer between its "connected?" check and
-    # the write (redis/redis-py#3546, #4287): its AttributeError must surface as the store
-    # being unavailable (and be retried), not escape as a bug in the caller's code.
+    # the write. Before redis-py 8.2 that leaked an AttributeError or TypeError from its I/O
+    # code (redis/redis-py#3546, #4287); 8.2 raises a ConnectionError itself (#4288). Either
+    # way it must surface as the store being unavailable, not as a bug in the caller's code.
     store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix, retries=0)
     await store.aget("warm-up")
     client = store._async()
     [conn] = list(client.connection_pool._available_connections)
     normal = type(conn)
     conn.__class__ = type("Racy", (normal,), {"is_connected": property(lambda self: True)})
-    conn._writer = None  # closed by another task after the check
-    with pytest.raises(StoreUnavailableError, match="closed under a write") as info:
+    conn._writer = None  # closed by another task after the check, on every write
+    with pytest.raises(StoreUnavailableError, match="closed") as info:
         await store.aclaim(
             ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
         )
@@ -468,14 +498,20 @@ async def test_an_async_connection_closed_under_a_write_is_a_store_error_not_a_c
 async def test_an_async_connection_closed_under_a_write_once_is_retried_at_once(
     redis_server: RedisServer, redis_prefix: str
 ) -> None:
+    # A stale pooled connection is not the server being down: the store resends at once,
+    # even with retries=0, whichever way the installed redis-py reports the closed writer.
     store = RedisIdempotencyStore.from_url(redis_server.url, prefix=redis_prefix, retries=0)
     await store.aget("warm-up")
     [conn] = list(store._async().connection_pool._available_connections)
     normal = type(conn)
+    raced = []
 
     def racy(self: Any) -> bool:
+        # redis-py's write (send_packed_command, 5.0 to 8.2) asks "connected?" and then
+        # writes: the race happens once, between the two.
         if sys._getframe(1).f_code.co_name == "send_packed_command":
-            self.__class__ = normal  # the race happens once, between the check and the write
+            self.__class__ = normal
+            raced.append(True)
         return True
 
     conn.__class__ = type("Racy", (normal,), {"is_connected": property(racy)})
@@ -483,6 +519,7 @@ async def test_an_async_connection_closed_under_a_write_once_is_retried_at_once(
     claimed = await store.aclaim(
         ClaimRequest("k", owner="a", fingerprint=FP, lease_ms=LONG_MS, ttl_ms=TTL_MS)
     )
+    assert raced, "the race was not simulated: redis-py's write path has changed"
     assert claimed.outcome is ClaimOutcome.ACQUIRED  # even with retries=0
     await store.aclose()
 
@@ -509,6 +546,21 @@ async def test_a_hung_server_times_out_on_the_async_path_too(server: RedisServer
     )
     assert retried.outcome in (ClaimOutcome.ACQUIRED, ClaimOutcome.OWNED)
     await store.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_describe_reads_the_servers_config_over_resp2_and_resp3(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    # CONFIG GET answers a map over RESP3 and a flat list of pairs over RESP2 (a client
+    # built with protocol=2, and every client of redis-py before 8).
+    client = redis.Redis.from_url(redis_server.url, protocol=protocol)
+    try:
+        [server] = RedisIdempotencyStore(client).describe()["servers"]
+        assert server["appendfsync"] == client.config_get("appendfsync")["appendfsync"]
+        assert server["save"] is not None
+    finally:
+        client.close()
 
 
 def test_constructing_a_store_never_connects() -> None:
@@ -715,6 +767,7 @@ GOOD = {
     "attempt": "1",
     "created_at": "1",
     "updated_at": "1",
+    "effect": "unmarked",
 }
 
 
@@ -763,6 +816,24 @@ def test_a_malformed_record_is_refused_as_corrupt_and_left_untouched(
     assert r.hgetall(name) == before
     assert not (tmp_path / "ran").exists()
     assert redis_store.delete("k")  # an operator can still remove it
+
+
+def test_a_record_an_earlier_development_build_wrote_is_refused_naming_it_and_left_untouched(
+    redis_store: RedisIdempotencyStore, r: redis.Redis
+) -> None:
+    # One layout: development builds before the first release wrote records without the
+    # side-effect mark. Such a record is never read as if it were this layout's.
+    name = rkey(redis_store, "k")
+    r.hset(name, mapping={k: v for k, v in GOOD.items() if k != "effect"})
+    before = r.hgetall(name)
+    for op in ("claim", "renew", "complete", "get"):
+        with pytest.raises(CorruptRecordError) as info:
+            _every_operation(redis_store)[op]()
+        assert "a development build before 0.1.0 wrote it" in str(info.value), op
+        assert "delete" in str(info.value), op
+    assert r.hgetall(name) == before
+    assert redis_store.delete("k")  # the way out: delete it, and the key starts afresh
+    assert claim(redis_store, "k", "b").outcome is ClaimOutcome.ACQUIRED
 
 
 def test_a_key_of_another_type_holding_a_pickle_is_corrupt_and_never_unpickled(

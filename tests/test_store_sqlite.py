@@ -207,11 +207,73 @@ def test_two_tables_in_one_file_are_independent(db_path: Path) -> None:
 def test_a_table_written_by_a_newer_schema_is_refused(db_path: Path) -> None:
     claim(SqliteIdempotencyStore(db_path), "k", "a")
     with closing(raw(db_path)) as db:
-        db.execute("UPDATE langchain_idempotent_schema SET version = 99")
+        db.execute("UPDATE langchain_idempotent_layout SET version = 99")
     with pytest.raises(StoreUnavailableError, match="schema version 99") as err:
         SqliteIdempotencyStore(db_path).get("k")
     assert err.value.key == "k"
     assert "newer langchain-idempotent" in str(err.value) and "Keep the table" in str(err.value)
+
+
+def _schema_of(db_path: Path) -> list[tuple[Any, ...]]:
+    with closing(raw(db_path)) as db:
+        return db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+
+
+def test_a_table_an_earlier_development_build_wrote_is_refused_and_left_as_it_is(
+    db_path: Path,
+) -> None:
+    # An earlier development build's marker: its table (here the layout before the
+    # side-effect mark) and a schema version in langchain_idempotent_schema, with a record.
+    with closing(raw(db_path)) as db:
+        db.execute(
+            f"CREATE TABLE {TABLE} (key TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL, "
+            "owner TEXT NOT NULL, fence INTEGER NOT NULL, lease_until INTEGER NOT NULL, "
+            "fingerprint TEXT NOT NULL, attempt INTEGER NOT NULL, payload BLOB, "
+            "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
+            "version INTEGER NOT NULL, meta TEXT NOT NULL, namespace TEXT, thread_id TEXT, "
+            "expires_at INTEGER NOT NULL)"
+        )
+        db.execute(
+            f"INSERT INTO {TABLE} VALUES ('k', 'completed', 'a', 1, 0, 'fp', 1, x'00', "
+            "1, 1, 1, '{}', NULL, NULL, 9999999999999)"
+        )
+        db.execute("CREATE TABLE langchain_idempotent_schema (name TEXT PRIMARY KEY, version INT)")
+        db.execute(f"INSERT INTO langchain_idempotent_schema VALUES ('{TABLE}', 1)")
+    before = _schema_of(db_path)
+    store = SqliteIdempotencyStore(db_path)
+    for attempt in (lambda: store.get("k"), lambda: claim(store, "k", "b")):
+        with pytest.raises(StoreUnavailableError) as err:
+            attempt()
+        message = str(err.value)
+        assert "schema version 1 in langchain_idempotent_schema" in message
+        assert "earlier development build" in message
+        assert f"DROP TABLE {TABLE}" in message and "run again" in message
+    store.close()
+    # Left as it was: no column added, no layout table, the record still there.
+    assert _schema_of(db_path) == before
+    with closing(raw(db_path)) as db:
+        assert db.execute(f"SELECT key, owner FROM {TABLE}").fetchall() == [("k", "a")]
+        # The way out: drop it, and the store sets the table up afresh.
+        db.execute(f"DROP TABLE {TABLE}")
+    fresh = SqliteIdempotencyStore(db_path)
+    assert claim(fresh, "k", "b").outcome is ClaimOutcome.ACQUIRED
+    fresh.close()
+
+
+def test_a_fresh_file_gets_layout_1_and_setting_it_up_again_changes_nothing(
+    db_path: Path,
+) -> None:
+    first = SqliteIdempotencyStore(db_path)
+    assert claim(first, "k", "a").outcome is ClaimOutcome.ACQUIRED
+    first.close()
+    with closing(raw(db_path)) as db:
+        rows = db.execute("SELECT name, version FROM langchain_idempotent_layout").fetchall()
+    assert rows == [(TABLE, 1)]
+    before = _schema_of(db_path)
+    again = SqliteIdempotencyStore(db_path)
+    assert claim(again, "k", "a").outcome is ClaimOutcome.OWNED
+    again.close()
+    assert _schema_of(db_path) == before
 
 
 # -- corrupt rows ------------------------------------------------------------------------------

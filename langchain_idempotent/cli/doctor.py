@@ -30,8 +30,8 @@ PostgreSQL (the server the store's pool connects to, and the store's table)
 - ``synchronous_commit`` off: a commit returns before its WAL is flushed; a server crash
   can lose the most recent committed records (up to three times ``wal_writer_delay``).
 - the table: absent (a note: it is created by the first operation, or by ``setup()``
-  when ``auto_setup`` is off), at an older schema version (a note: migrated on first use),
-  or at a newer one (a risk: this version refuses it).
+  when ``auto_setup`` is off), or one this version refuses (a risk): set up by an earlier
+  development build (no layout version) or by a newer release.
 - expired rows piling up: at least 1,000 expired rows, as many as live ones (a note:
   they are absent to every operation, but only claims purge them, 256 at a time).
 - latency: as for Redis (``SELECT`` of the server clock, one round trip).
@@ -346,11 +346,13 @@ def _postgres_table(report: Report, described: Mapping[str, Any]) -> None:
             f"langchain-idempotent (this one knows {expected}) and refuses it: upgrade",
         )
     elif version != expected:
+        found = "no layout version" if version is None else f"schema version {version}"
         report.add(
-            "note",
+            "risk",
             "schema",
-            f"{table!r} is at schema version {version}; the store's first operation "
-            f"migrates it to {expected} (or setup(), when auto_setup is off)",
+            f"{table!r} has {found} (this release's is {expected}): an earlier development "
+            "build set it up, and the store refuses it. Drop it and set up again (its "
+            "records go with it)",
         )
     expired, records = int(described["expired_records"]), int(described["records"])
     if expired >= EXPIRED_PILE and expired >= records - expired:

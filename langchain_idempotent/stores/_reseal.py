@@ -8,7 +8,8 @@ concurrent rotation, a delete, a purge, an expiry and a new call) is left as it 
 answer is ``False``. It is not part of the store protocol (the engine never rewrites a done
 record: completion is write-once); each built-in store does it in its own atomic step:
 memory under its lock, SQLite in one ``BEGIN IMMEDIATE`` transaction, PostgreSQL in one
-``UPDATE ... WHERE payload = expected``, Redis in one Lua script.
+``UPDATE ... WHERE payload = expected``, Redis in one Lua script (``_RESEAL`` in
+:mod:`.redis._scripts`, which knows how a payload is stored there).
 """
 
 from __future__ import annotations
@@ -17,21 +18,9 @@ import dataclasses
 from typing import Any
 
 from ..core.store import BaseIdempotencyStore
+from .redis._scripts import _RESEAL_SCRIPT, _VERSION
 
 __all__ = ["replace_payload"]
-
-#: KEYS[1] the record's hash; ARGV[1] the expected payload, ARGV[2] the new one.
-#: Returns 1 when the payload was replaced (a completed or failed record holding ARGV[1]);
-#: 0 otherwise. The key's TTL is untouched.
-_REPLACE_LUA = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if (state == 'completed' or state == 'failed')
-        and redis.call('HGET', KEYS[1], 'payload') == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'payload', ARGV[2])
-    return 1
-end
-return 0
-"""
 
 
 def replace_payload(
@@ -46,7 +35,7 @@ def replace_payload(
     if kind == "RedisIdempotencyStore":
         client: Any = store._sync()  # type: ignore[attr-defined]
         rkey = store._rkey(key)  # type: ignore[attr-defined]
-        return bool(client.eval(_REPLACE_LUA, 1, rkey, expected, payload))
+        return bool(client.eval(_RESEAL_SCRIPT.source, 1, rkey, expected, payload, _VERSION))
     if kind == "PostgresIdempotencyStore":
         return _postgres(store, key, expected, payload)
     raise TypeError(

@@ -1,6 +1,7 @@
 """Read and write a record's stored payload behind a store's back, the way each store
 keeps it: memory's dict, SQLite's and PostgreSQL's ``payload`` column, Redis's ``payload``
-hash field. For tests that plant or tamper with records."""
+hash fields (one, or pieces ``payload``, ``payload:2``, ...). For tests that plant or tamper
+with records."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def get_payload(store: BaseIdempotencyStore, key: str) -> bytes:
             ).fetchone()
         return bytes(row[0])
     if kind == "RedisIdempotencyStore":
+        from langchain_idempotent.stores.redis._scripts import _payload
+
         client: Any = store._sync()  # type: ignore[attr-defined]
-        return bytes(client.hget(store._rkey(key), "payload"))  # type: ignore[attr-defined]
+        return bytes(_payload(client.hgetall(store._rkey(key))) or b"")  # type: ignore[attr-defined]
     if kind == "PostgresIdempotencyStore":
         return bytes(_pg(store, f"SELECT payload FROM {store._table} WHERE key = %s", key)[0])  # type: ignore[attr-defined]
     raise TypeError(kind)
@@ -48,7 +51,11 @@ def set_payload(store: BaseIdempotencyStore, key: str, payload: bytes) -> None:
             )
     elif kind == "RedisIdempotencyStore":
         client: Any = store._sync()  # type: ignore[attr-defined]
-        client.hset(store._rkey(key), "payload", payload)  # type: ignore[attr-defined]
+        name = store._rkey(key)  # type: ignore[attr-defined]
+        pieces = [f for f in client.hkeys(name) if f.startswith(b"payload:")]
+        if pieces:
+            client.hdel(name, *pieces)
+        client.hset(name, "payload", payload)
     elif kind == "PostgresIdempotencyStore":
         table = store._table  # type: ignore[attr-defined]
         _pg(store, f"UPDATE {table} SET payload = %s WHERE key = %s RETURNING key", payload, key)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...core.record import Claim, Completion, Record, UncertainReason, abandoned_owner
 from ...core.store import ClaimRequest, CompleteRequest, Held
-from ...errors import CorruptRecordError
+from ...errors import CorruptRecordError, StoreUnavailableError
 from ._pools import Op, Stmt, single
 from ._sql import _claim_answer, _completion, _decode, _live, _meta, _Queries
 
@@ -44,7 +44,8 @@ _log = logging.getLogger("langchain_idempotent.stores.postgres")
 
 
 def setup_op(q: _Queries) -> Op[None]:
-    """Create or migrate the table, its indexes and functions, under the advisory lock."""
+    """Create the table, its indexes and functions, or check that an existing table is this
+    layout, under the advisory lock; refuse anything else without changing it."""
 
     def steps() -> Generator[Any, Any, None]:
         reserved = yield Stmt(q.reserved, (q.table,))
@@ -56,9 +57,19 @@ def setup_op(q: _Queries) -> Op[None]:
         yield Stmt(q.lock)
         yield Stmt(q.schema_table, fetch="none")
         row = yield Stmt(q.read_version, (q.table,))
-        functions = yield Stmt(q.functions, fetch="all")
-        for query, params in q.upgrade(int(row[0]) if row else None, list(functions)):
-            yield Stmt(query, params, fetch="none")
+        functions = list((yield Stmt(q.functions, fetch="all")))
+        has_table, has_development = yield Stmt(q.found, (q.table,))
+        if row is not None:
+            refusal = q.refusal(int(row[0]), functions, has_table)
+        elif not has_table and not functions:
+            for query, params in q.creation():
+                yield Stmt(query, params, fetch="none")
+            return
+        else:
+            old = (yield Stmt(q.development_version, (q.table,))) if has_development else None
+            refusal = q.refusal(None, functions, has_table, old[0] if old else None)
+        if refusal is not None:
+            raise StoreUnavailableError(refusal)
 
     return Op(steps, atomic=True)
 

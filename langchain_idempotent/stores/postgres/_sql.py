@@ -4,20 +4,17 @@
   indexes and the two PL/pgSQL functions, ``<table>_claim`` and ``<table>_complete``, which
   implement the decision table of :mod:`langchain_idempotent.core.protocol` (comments name the
   rows). Each function is headed by comments naming every parameter and what it returns,
-  like the Redis store's Lua scripts. ``setup()`` does not trust the stored version
-  number alone: earlier builds stored versions 1 to 4 and edited version 1 in place
-  several times (the ``effect`` column, the takeover that keeps its mark, the single claim
-  INSERT), so a database can hold any of those layouts under the same number. Every
-  ``setup()`` compares the functions the database holds (every overload, its argument
-  names and body) with the ones below and, if anything differs or the stored version is
-  older than :data:`SCHEMA_VERSION`, converges in one transaction (:meth:`_Queries.upgrade`):
-  the table if absent, the columns earlier layouts lack (:data:`_UPGRADE`), the indexes,
-  every stale function dropped and the current ones created, the version row. So no
-  database keeps an older claim function; a current one is left untouched (no DDL, so a
-  role that does not own the functions can still call ``setup()``). A version above
-  :data:`SCHEMA_VERSION` is refused, without advice to drop anything (the table holds
-  completed records). tests/fixtures/schema_history/ holds every earlier layout, recovered
-  from the git history by running each build's own ``setup()``.
+  like the Redis store's Lua scripts. There is one layout, version 1 (the first release's),
+  kept per table in ``langchain_idempotent_layout``; from the next layout on, upgrades are
+  the append-only :data:`MIGRATIONS`. ``setup()`` (:func:`._ops.setup_op`, in one
+  transaction under an advisory lock) creates a new table, its indexes and functions, and
+  checks an existing one: the functions the database holds (every overload, its argument
+  names and body) must be the ones below, so no table keeps another claim function; a
+  current table is left untouched (no DDL, so a role that does not own the functions can
+  still call ``setup()``). It refuses, changing nothing, a table or functions with no
+  layout row (an earlier development build's: those kept a version in
+  ``langchain_idempotent_schema``), other functions, and a newer version (without advice
+  to drop anything: the table holds completed records) (:meth:`_Queries.refusal`).
 - **Statements.** One module-level template per statement the store sends (``_CLAIM``,
   ``_RENEW``, ...), formatted once per table by :class:`_Queries`: a call of one of the
   functions, or one plain statement (renew, release, abandon, get, delete, purge, list)
@@ -48,13 +45,20 @@ from ...core.record import (
     abandoned_owner,
     parse_reason,
 )
-from ...errors import CorruptRecordError, StoreUnavailableError
+from ...errors import CorruptRecordError
 
-#: Version of the schema below; kept per table in ``langchain_idempotent_schema``. Versions
-#: 1-4 were stored by earlier builds (1 with several function bodies); 5 is the first a
-#: setup() reaches by comparing what the database holds, whatever number it stored.
-SCHEMA_VERSION = 5
-_SCHEMA_TABLE = "langchain_idempotent_schema"
+#: Upgrades from the first release on, append-only: ``MIGRATIONS[i]`` holds the statements
+#: (``{t}``: the table) that take a table from layout version ``i + 1`` to ``i + 2``, to run
+#: in setup()'s transaction (the first migration adds that step), each tested from the
+#: previous release's recorded layout, after which the function check above still holds.
+#: Empty: version 1 is the first release's layout, and no table a development build wrote
+#: is upgraded (setup() refuses it).
+MIGRATIONS: tuple[tuple[str, ...], ...] = ()
+#: Version of the layout below; kept per table in ``langchain_idempotent_layout``.
+SCHEMA_VERSION = 1 + len(MIGRATIONS)
+_SCHEMA_TABLE = "langchain_idempotent_layout"
+#: Where development builds before the first release kept their schema version.
+_DEVELOPMENT_TABLE = "langchain_idempotent_schema"
 _STATES = {s.value: s for s in State}
 _EFFECTS: dict[str, EffectMark] = {e: e for e in get_args(EffectMark)}
 _COLUMNS = (
@@ -74,7 +78,7 @@ _ABANDONED_OWNERS = ", ".join(f"'{abandoned_owner(r)}'" for r in get_args(Uncert
 # pools with ``prepare_threshold=0``, like PostgresSaver's, can run them).
 
 _SCHEMA = """
--- The schema (version 5): the table, its indexes, and the two functions that decide
+-- The schema (layout version 1): the table, its indexes, and the two functions that decide
 -- (claim, complete), one call each.
 -- The table: one row per key. One column per Record field (payload bytea, meta jsonb,
 -- times in bigint milliseconds of the server's clock), namespace and thread_id copied out
@@ -322,15 +326,6 @@ END
 $fn$
 """
 
-#: Run by an upgrade after ``CREATE TABLE IF NOT EXISTS``: what earlier layouts lack (a
-#: table of versions 1-4 made before the side-effect mark has no ``effect`` column; its
-#: records read as ``unmarked``). Each statement is a no-op on a current table.
-_UPGRADE = (
-    "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS effect text NOT NULL DEFAULT 'unmarked' "
-    "CHECK (effect IN ('unmarked', 'before', 'entered'))",
-)
-
-
 # -- statements: one template each, formatted per table by _Queries ---------------------------
 #
 # ``{t}`` is the table, ``{now}`` the server's clock (_NOW), ``{schema}`` the version table.
@@ -355,11 +350,14 @@ _FUNCTIONS = (
     "FROM pg_proc p WHERE p.proname IN ('{t}_claim', '{t}_complete') "
     "AND p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"
 )
-# setup(), after an upgrade: %s table name, version. Returns nothing.
-_WRITE_VERSION = (
-    "INSERT INTO {schema} (table_name, version) VALUES (%s, %s) "
-    "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version"
-)
+# setup(), after creating the table: %s table name, version. Returns nothing.
+_WRITE_VERSION = "INSERT INTO {schema} (table_name, version) VALUES (%s, %s)"
+# setup(), for a table with no layout row: %s table name. Returns (whether the table exists,
+# whether development builds' version table does).
+_FOUND = f"SELECT to_regclass(%s) IS NOT NULL, to_regclass('{_DEVELOPMENT_TABLE}') IS NOT NULL"
+# setup(), when development builds' version table exists: %s table name. Returns (version),
+# or no row.
+_DEVELOPMENT_VERSION = f"SELECT version FROM {_DEVELOPMENT_TABLE} WHERE table_name = %s"
 # setup(), first: %s a name. Returns (its description) when PostgreSQL reserves it as a word
 # that cannot name a table (``full``, ``order``, ``user``), no row otherwise.
 _RESERVED = "SELECT catdesc FROM pg_get_keywords() WHERE word = %s AND catcode IN ('R', 'T')"
@@ -509,12 +507,12 @@ class _Queries:
         self.known_tables = f(_KNOWN_TABLES)
         self.reserved, self.drop = _RESERVED, tuple(f(stmt) for stmt in _DROP)
         self.functions = f(_FUNCTIONS)
+        self.found, self.development_version = _FOUND, _DEVELOPMENT_VERSION
         body = _SCHEMA.format(
             t=table, now=_NOW, version=FORMAT_VERSION, abandoned=_ABANDONED_OWNERS
         )
         #: The schema's statements: the table first, then its indexes and functions.
         self._statements = [stmt.strip() for stmt in body.split("\n;;\n")]
-        self._upgrade = tuple(f(stmt) for stmt in _UPGRADE)
         #: (name, argument names, body) of the functions the statements create.
         self._functions = sorted(
             _function_facts(stmt) for stmt in self._statements if "$fn$" in stmt
@@ -528,29 +526,54 @@ class _Queries:
         self._list = f(_LIST)
         self._purge = _PURGE.replace("{where}", "{{where}}").format(t=table, now=_NOW)
 
-    def upgrade(
-        self, stored: int | None, functions: list[tuple[str, str, list[str] | None, str]]
-    ) -> list[tuple[str, tuple[Any, ...] | None]]:
-        """The statements (with parameters) that bring this table to :data:`SCHEMA_VERSION`
-        from the version it stored (``None``: none) and the ``functions`` it holds (rows of
-        ``_FUNCTIONS``); none when both are current. Refuses a newer version."""
+    def creation(self) -> list[tuple[str, tuple[Any, ...] | None]]:
+        """The statements (with parameters) that set up a new table at :data:`SCHEMA_VERSION`."""
+        out: list[tuple[str, tuple[Any, ...] | None]] = [(stmt, None) for stmt in self._statements]
+        return [*out, (self.write_version, (self.table, SCHEMA_VERSION))]
+
+    def refusal(
+        self,
+        stored: int | None,
+        functions: list[tuple[str, str, list[str] | None, str]],
+        has_table: bool = True,
+        development: object = None,
+    ) -> str | None:
+        """Why setup() refuses this table, or ``None`` when it is this layout. ``stored``: the
+        layout version it holds (``None``: no row); ``functions``: the rows of
+        ``_FUNCTIONS``; whether the table exists; for a table with no row, the version an
+        earlier build kept in ``langchain_idempotent_schema`` (``None``: none)."""
+        t = self.table
         if stored is not None and stored > SCHEMA_VERSION:
-            raise StoreUnavailableError(
-                f"the table {self.table!r} was set up by a newer langchain-idempotent (schema "
+            return (
+                f"the table {t!r} was set up by a newer langchain-idempotent (schema "
                 f"version {stored}; this one knows versions up to {SCHEMA_VERSION}). Upgrade "
                 "langchain-idempotent on this worker to the version the other workers run. "
                 "Keep the table: it holds completed records, and deleting them would run "
                 "their calls again"
             )
         held = sorted((name, args or [], body) for _, name, args, body in functions)
+        if stored == SCHEMA_VERSION and held == self._functions and has_table:
+            return None
         if stored == SCHEMA_VERSION and held == self._functions:
-            return []
-        out: list[tuple[str, tuple[Any, ...] | None]] = [(self._statements[0], None)]
-        out += [(stmt, None) for stmt in self._upgrade]
-        out += [(f"DROP FUNCTION {signature}", None) for signature, *_ in functions]
-        out += [(stmt, None) for stmt in self._statements[1:]]
-        out.append((self.write_version, (self.table, SCHEMA_VERSION)))
-        return out
+            found = f"the table {t!r} is missing (its layout row and functions are there)"
+        elif stored == SCHEMA_VERSION:
+            found = f"the functions of table {t!r} are not the ones this release installs"
+        elif stored is not None:
+            found = f"the table {t!r} has schema version {stored!r}, which no release wrote"
+        elif development is not None:
+            found = f"the table {t!r} has schema version {development!r} in {_DEVELOPMENT_TABLE}"
+        elif has_table:
+            found = f"the table {t!r} has no layout version in {_SCHEMA_TABLE}"
+        else:
+            found = f"functions {t}_claim / {t}_complete exist without their table"
+        return (
+            f"{found}: an earlier development build of langchain-idempotent (or a hand "
+            f"edit) set it up, and this release keeps one layout (version {SCHEMA_VERSION} "
+            f"in {_SCHEMA_TABLE}) and upgrades none that came before it. It was left as it "
+            f"is. Drop it (the store's drop(), or DROP TABLE {t} and DROP FUNCTION "
+            f"{t}_claim, {t}_complete) and set up again; its records are then gone, so a "
+            "call recorded only there can run again"
+        )
 
     def drops(
         self, functions: list[tuple[str, str, list[str] | None, str]]

@@ -38,11 +38,13 @@ Spec:
   waiters of that key in this process. A waiter also re-reads the record every
   ``poll_interval`` seconds (default 1; bounded fallback for a dropped listener) and never
   sleeps past the lease deadline it last read (:mod:`._listen`).
-- **Schema.** :meth:`~PostgresIdempotencyStore.setup` creates and migrates the table, its
-  indexes and functions under a transaction-scoped advisory lock, and records the schema
-  version per table in ``langchain_idempotent_schema`` (like ``PostgresSaver.setup()``). A
-  table at a newer version is refused with
-  :class:`~langchain_idempotent.errors.StoreUnavailableError`. With ``auto_setup=True``
+- **Schema.** :meth:`~PostgresIdempotencyStore.setup` creates the table, its indexes and
+  functions under a transaction-scoped advisory lock, and records the layout version per
+  table in ``langchain_idempotent_layout`` (like ``PostgresSaver.setup()``). One layout,
+  version 1; a table at a newer version, one an earlier development build set up, or one
+  whose functions are not this release's is refused with
+  :class:`~langchain_idempotent.errors.StoreUnavailableError` and left as it is
+  (:mod:`._sql`). With ``auto_setup=True``
   (default) the first operation of a store object runs it once; pass ``False`` when the
   application's role may not run DDL and call ``setup()`` at deploy time instead.
 - **Connections.** :meth:`~PostgresIdempotencyStore.from_url` builds and owns a
@@ -233,7 +235,8 @@ class PostgresIdempotencyStore(BaseIdempotencyStore):
     # -- schema ------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create or migrate the table, its indexes and functions (idempotent)."""
+        """Create the table, its indexes and functions, or check that they are this
+        release's layout (idempotent); anything else is refused, unchanged."""
         self._run(None, setup_op(self._q), setup=False)
         self._ready = True
 

@@ -345,13 +345,14 @@ async def _aignore(_error: Exception) -> None:
 
 
 async def _resend_if_closed_under_a_write(op: Callable[[], Awaitable[_T]]) -> _T:
-    """``op``, once more at once if redis-py's asyncio connection broke under it (see
-    :func:`_closed_under_a_write`), on any client (Cluster too): a resent claim or
-    completion is recognised as the same owner's. A second such failure becomes a
+    """``op``, once more at once if redis-py's asyncio connection was closed under its write
+    (see :func:`_closed_under_a_write`), on any client (Cluster too) and whatever the store's
+    ``retries``: a stale pooled connection is not the server being down, and a resent
+    claim or completion is recognised as the same owner's. A second such failure is a
     ``ConnectionError``, which the store's retries and error translation understand."""
     try:
         return await op()
-    except (AttributeError, TypeError) as exc:
+    except (AttributeError, TypeError, RedisConnectionError) as exc:
         if not _closed_under_a_write(exc):
             raise
     try:
@@ -362,11 +363,21 @@ async def _resend_if_closed_under_a_write(op: Callable[[], Awaitable[_T]]) -> _T
         raise
 
 
+#: How redis-py >= 8.2 reports a write on a connection closed under it (redis/redis-py#4288).
+_CLOSED_UNDER_A_WRITE = (
+    "Connection closed by the server before write",
+    "Connection closed by the server while writing",
+)
+
+
 def _closed_under_a_write(exc: BaseException) -> bool:
-    """redis-py's asyncio connections can leak the transport's internals — ``'NoneType'
-    object has no attribute 'writelines'``, ``'NoneType' object is not callable`` — when
-    the connection is closed while a command is written (redis/redis-py#3546, #4287):
-    an error raised inside redis-py's or asyncio's own I/O code, not ours."""
+    """Whether ``exc`` is a connection closed while a command was written. redis-py >= 8.2
+    says so with a ``ConnectionError`` (:data:`_CLOSED_UNDER_A_WRITE`); earlier releases leak
+    the transport's internals — ``'NoneType' object has no attribute 'writelines'``,
+    ``'NoneType' object is not callable`` (redis/redis-py#3546, #4287): an error raised
+    inside redis-py's or asyncio's own I/O code, not ours."""
+    if isinstance(exc, RedisConnectionError):
+        return str(exc).startswith(_CLOSED_UNDER_A_WRITE)
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

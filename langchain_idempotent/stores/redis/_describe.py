@@ -69,7 +69,13 @@ def _server(client: Any, address: str, target: Mapping[str, Any]) -> dict[str, A
         except ResponseError:  # CONFIG refused (NOPERM, renamed away, a managed service)
             server[name] = None
             continue
-        found = [v for k, v in dict(reply).items() if _text(k) == name]
+        # RESP3 answers a map; RESP2 (protocol=2, and redis-py before 8) a flat list of pairs.
+        pairs = (
+            reply.items()
+            if isinstance(reply, Mapping)
+            else zip(reply[::2], reply[1::2], strict=True)
+        )
+        found = [v for k, v in pairs if _text(k) == name]
         server[name] = _text(found[0]) if found else None
     return server
 

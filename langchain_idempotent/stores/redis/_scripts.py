@@ -68,6 +68,12 @@ _PRELUDE = """
 --   (owner and fence as ARGV strings): the compare before every owner's write.
 -- add_meta(fields, first): append ARGV[first..] (name, value pairs) to an HSET field
 --   list as m:<name>, value.
+-- add_payload(fields, payload): append the payload to an HSET field list in pieces of at
+--   most 64 bytes, payload, payload:2, payload:3, ..., so that a record of a small result
+--   stays one compact listpack under Redis' default hash-max-listpack-value (64): a
+--   longer value turns the whole hash into a hash table, about 2.5 times the bytes. A
+--   payload of more than 96 pieces (6 KiB) is one field: the hash would outgrow
+--   hash-max-listpack-entries (128) anyway, and a hash table's field costs ~50 bytes.
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -91,8 +97,10 @@ local function load(key, version)
   local done = state == 'completed' or state == 'failed'
   if not (done or state == 'running' or state == 'free') then return nil, 'unknown state' end
   local rec = {state = state, done = done, owner = f[3], fence = int(f[4]), lease_until = int(f[5]),
-               fingerprint = f[6], attempt = int(f[7]), payload = f[8],
-               effect = f[9] or 'unmarked'}  -- absent: written before the side-effect mark
+               fingerprint = f[6], attempt = int(f[7]), payload = f[8], effect = f[9]}
+  if not rec.effect then  -- the layout of development builds before the first release
+    return nil, 'no effect mark (a development build before 0.1.0 wrote it)'
+  end
   if not (rec.effect == 'unmarked' or rec.effect == 'before' or rec.effect == 'entered') then
     return nil, 'unknown effect mark'
   end
@@ -100,6 +108,15 @@ local function load(key, version)
     return nil, 'missing or malformed fields'
   end
   if done and not rec.payload then return nil, 'result without payload' end
+  if rec.payload then
+    local pieces, n = {rec.payload}, 2
+    while true do
+      local piece = redis.call('HGET', key, 'payload:' .. n)
+      if not piece then break end
+      pieces[n], n = piece, n + 1
+    end
+    rec.payload = table.concat(pieces)
+  end
   return rec
 end
 
@@ -111,6 +128,20 @@ local function add_meta(fields, first)
   for i = first, #ARGV, 2 do
     fields[#fields + 1] = 'm:' .. ARGV[i]
     fields[#fields + 1] = ARGV[i + 1]
+  end
+  return fields
+end
+
+local function add_payload(fields, payload)
+  local size = string.len(payload)
+  if size <= 64 or size > 64 * 96 then
+    fields[#fields + 1] = 'payload'
+    fields[#fields + 1] = payload
+    return fields
+  end
+  for at = 1, size, 64 do
+    fields[#fields + 1] = at == 1 and 'payload' or 'payload:' .. (at + 63) / 64
+    fields[#fields + 1] = string.sub(payload, at, at + 63)
   end
   return fields
 end
@@ -225,14 +256,14 @@ local stale = 1
 if not rec then
   -- expired or evicted while the tool ran: this result is the only one
   local fields = {'version', ARGV[7], 'state', state, 'owner', ARGV[1], 'fence', fence,
-                  'lease_until', 0, 'fingerprint', ARGV[3], 'attempt', 1, 'payload', ARGV[4],
-                  'created_at', now, 'updated_at', now}
-  redis.call('HSET', key, unpack(add_meta(fields, 8)))
+                  'lease_until', 0, 'fingerprint', ARGV[3], 'attempt', 1,
+                  'created_at', now, 'updated_at', now, 'effect', 'unmarked'}
+  redis.call('HSET', key, unpack(add_payload(add_meta(fields, 8), ARGV[4])))
 else
   if rec.state == 'running' and rec.owner == ARGV[1] and rec.fence == fence then stale = 0 end
-  redis.call('HSET', key, 'state', state, 'owner', ARGV[1],
-             'fence', math.max(rec.fence, fence), 'lease_until', 0, 'payload', ARGV[4],
-             'updated_at', now)
+  local fields = {'state', state, 'owner', ARGV[1], 'fence', math.max(rec.fence, fence),
+                  'lease_until', 0, 'updated_at', now}
+  redis.call('HSET', key, unpack(add_payload(fields, ARGV[4])))
 end
 redis.call('PEXPIRE', key, tonumber(ARGV[6]))
 redis.call('PUBLISH', key .. ':done', state)
@@ -299,6 +330,21 @@ if left <= 0 then return -1 end
 return left
 """
 
+_RESEAL = """
+-- reseal (``langchain-idempotent rotate``, not the protocol): replace a done record's payload
+-- while it holds the expected one byte for byte; nothing else changes (state, owner, fence,
+-- expiry).
+-- KEYS[1]  the record hash
+-- ARGV[1]  the expected payload   ARGV[2] the new one   ARGV[3] format version
+-- Returns 1 when replaced, 0 when the record is not a done record holding ARGV[1].
+local rec, bad = load(KEYS[1], ARGV[3])
+if bad or not rec or not rec.done or rec.payload ~= ARGV[1] then return 0 end
+local n = 2
+while redis.call('HDEL', KEYS[1], 'payload:' .. n) == 1 do n = n + 1 end
+redis.call('HSET', KEYS[1], unpack(add_payload({}, ARGV[2])))
+return 1
+"""
+
 _DELETE = """
 -- delete (operator action): remove the record whoever holds it, and wake waiters.
 -- KEYS[1]  the record hash
@@ -328,6 +374,7 @@ _COMPLETE_SCRIPT = _Script.of(_COMPLETE)
 _RELEASE_SCRIPT = _Script.of(_RELEASE)
 _ABANDON_SCRIPT = _Script.of(_ABANDON)
 _MARK_EFFECT_SCRIPT = _Script.of(_MARK_EFFECT)
+_RESEAL_SCRIPT = _Script.of(_RESEAL)
 _PROBE_SCRIPT = _Script.of(_PROBE)
 _DELETE_SCRIPT = _Script.of(_DELETE)
 
@@ -533,14 +580,28 @@ def _to_completion(reply: Any, payload: bytes, key: str) -> Completion:
 _INT_FIELDS = (b"fence", b"lease_until", b"attempt", b"created_at", b"updated_at")
 
 
+def _payload(fields: Mapping[bytes, bytes]) -> bytes | None:
+    """The stored payload, joined from its pieces (``payload``, ``payload:2``, ...: see
+    ``add_payload`` in :data:`_PRELUDE`), or ``None``."""
+    first = fields.get(b"payload")
+    if first is None:
+        return None
+    pieces = [first]
+    while (piece := fields.get(b"payload:%d" % (len(pieces) + 1))) is not None:
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
 def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
     """Decode an ``HGETALL`` reply; anything but a well-formed record is corrupt."""
     try:
         if fields.get(b"version") != _VERSION.encode():
             raise ValueError(f"unknown format version {fields.get(b'version')!r}")
+        if b"effect" not in fields:  # the layout of development builds before 0.1.0
+            raise ValueError("no effect mark (a development build before 0.1.0 wrote it)")
         state = _STATES[fields[b"state"]]
         ints = {name: _int(fields[name]) for name in _INT_FIELDS}
-        payload = fields.get(b"payload")
+        payload = _payload(fields)
         if state in (State.COMPLETED, State.FAILED) and payload is None:
             raise ValueError("a result without a payload")
         meta = {
@@ -561,7 +622,7 @@ def _to_record(key: str, fields: Mapping[bytes, bytes]) -> Record:
             updated_at=ints[b"updated_at"],
             version=FORMAT_VERSION,
             meta=meta,
-            effect=_EFFECTS[fields.get(b"effect", b"unmarked")],
+            effect=_EFFECTS[fields[b"effect"]],
         )
     except (KeyError, ValueError, AttributeError, TypeError) as exc:
         raise CorruptRecordError(

@@ -4,11 +4,14 @@ Spec:
 
 - **Record.** One HASH per key at ``{prefix}{<key>}`` — the braces are a Cluster hash
   tag, so the record and its wake-up channel ``{prefix}{<key>}:done`` share one slot.
-  Fields: ``version state owner fence lease_until fingerprint attempt payload created_at
-  updated_at`` (one per :class:`~langchain_idempotent.core.record.Record` field; integers in
-  decimal, ``payload`` raw bytes, only on completed / failed records) and ``m:<name>`` for
-  each ``meta`` entry. Nothing is JSON or pickle: the store hands ``payload`` back as bytes
-  and never decodes it.
+  Fields: ``version state owner fence lease_until fingerprint attempt created_at updated_at
+  effect`` (one per :class:`~langchain_idempotent.core.record.Record` field; integers in
+  decimal), ``m:<name>`` for each ``meta`` entry, and on completed / failed records the
+  payload, raw bytes, in pieces of at most 64 bytes (``payload``, ``payload:2``, ...; one
+  field above 6 KiB) so that the hash stays a compact listpack under Redis' default
+  ``hash-max-listpack-value`` (:data:`._scripts._PRELUDE`). Nothing is JSON or pickle: the
+  store hands the payload back as bytes and never decodes it. One layout: a record without
+  ``effect`` (written by a development build before 0.1.0) is refused as corrupt.
 - **Protocol.** Each operation is **one Lua script, one round trip** (``EVALSHA``; on
   ``NOSCRIPT`` the script is sent once with ``EVAL``, which also caches it). The scripts
   (:mod:`._scripts`) implement the decision table of :mod:`langchain_idempotent.core.protocol`

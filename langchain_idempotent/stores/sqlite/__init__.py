@@ -1,8 +1,8 @@
 """``SqliteIdempotencyStore``: one file, durable, shared by the processes of one host.
 
 The store and its spec are in :mod:`._store`. The other modules are its parts, each
-readable on its own: :mod:`._schema` (the table, its schema version and migration, a row
-as a record), :mod:`._connections` (the connection pool, WAL, ``fork()``) and
+readable on its own: :mod:`._schema` (the table, its layout version, a row as a
+record), :mod:`._connections` (the connection pool, WAL, ``fork()``) and
 :mod:`._describe` (what the file says about itself, for ``doctor``).
 """
 

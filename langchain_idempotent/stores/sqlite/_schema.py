@@ -1,10 +1,12 @@
 """The SQLite store's table: its columns, its schema version, and a row as a ``Record``.
 
-- :func:`ensure_schema` creates the table and its indexes (``CREATE ... IF NOT EXISTS``),
-  keeps the schema version per table in ``langchain_idempotent_schema``, migrates a
-  version-1 table in place and refuses a table written by a newer schema. Nothing else
-  lives in the database: every decision is Python (this package's), so no older code can
-  stay behind in a file. tests/fixtures/schema_history/sqlite/ holds every earlier layout.
+- :func:`ensure_schema` creates the table and its indexes and keeps the layout's version per
+  table in ``langchain_idempotent_layout``. There is one layout, version 1 (the first
+  release's); from the next layout on, upgrades are the append-only :data:`MIGRATIONS`. It
+  refuses, and leaves untouched, a table without a row there (an earlier development build
+  wrote it: those kept a version in ``langchain_idempotent_schema``) and a table of another
+  version (a newer release's). Nothing else lives in the database: every decision is Python
+  (this package's), so no older code can stay behind in a file.
 - :func:`write_row` writes a record with its expiry (``INSERT OR REPLACE``);
   :func:`live` reads one back, an expired row being absent; :func:`decode` raises
   :class:`~langchain_idempotent.errors.CorruptRecordError` naming what is wrong rather than
@@ -33,9 +35,18 @@ __all__ = [
     "write_row",
 ]
 
-#: Version of the table layout below; kept per table in ``langchain_idempotent_schema``.
-SCHEMA_VERSION = 2
-_SCHEMA_TABLE = "langchain_idempotent_schema"
+#: Upgrades from the first release on, append-only: ``MIGRATIONS[i]`` holds the statements
+#: (``{t}``: the table) that take a table from layout version ``i + 1`` to ``i + 2``, to run
+#: in :func:`ensure_schema`'s transaction (the first migration adds that step), each tested
+#: from the previous release's recorded layout. Empty: version 1 is the first release's
+#: layout, and no table a development build wrote is upgraded (:func:`ensure_schema`
+#: refuses it).
+MIGRATIONS: tuple[tuple[str, ...], ...] = ()
+#: Version of the table layout below; kept per table in ``langchain_idempotent_layout``.
+SCHEMA_VERSION = 1 + len(MIGRATIONS)
+_SCHEMA_TABLE = "langchain_idempotent_layout"
+#: Where development builds before the first release kept their schema version.
+_DEVELOPMENT_TABLE = "langchain_idempotent_schema"
 #: The record's columns: the fields of ``Record``, in order.
 _FIELDS = tuple(f.name for f in dataclasses.fields(Record))
 COLUMNS = ", ".join(_FIELDS)
@@ -55,7 +66,8 @@ _STATES = {s.value: s for s in State}
 
 
 def ensure_schema(db: sqlite3.Connection, path: str, table: str, key: str | None) -> None:
-    """Create or migrate ``table`` in one ``BEGIN IMMEDIATE`` transaction (idempotent)."""
+    """Create ``table`` in one ``BEGIN IMMEDIATE`` transaction, or check that it is this
+    layout (idempotent); refuse anything else without changing it."""
     t = table
     db.execute("BEGIN IMMEDIATE")
     try:
@@ -64,26 +76,24 @@ def ensure_schema(db: sqlite3.Connection, path: str, table: str, key: str | None
             "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
         row = db.execute(f"SELECT version FROM {_SCHEMA_TABLE} WHERE name = ?", (t,)).fetchone()
-        if row is not None and row[0] == 1:  # version 2 adds the side-effect mark
-            db.execute(f"ALTER TABLE {t} ADD COLUMN effect TEXT NOT NULL DEFAULT 'unmarked'")
-            db.execute(f"UPDATE {_SCHEMA_TABLE} SET version = ? WHERE name = ?", (2, t))
-            row = (2,)
+        if row is None and _exists(db, t):
+            raise StoreUnavailableError(_earlier(db, t, path), key=key)
         if row is not None and row[0] != SCHEMA_VERSION:
             raise StoreUnavailableError(_refusal(t, path, row[0]), key=key)
-        db.execute(
-            f"CREATE TABLE IF NOT EXISTS {t} ("
-            "key TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL, owner TEXT NOT NULL, "
-            "fence INTEGER NOT NULL, lease_until INTEGER NOT NULL, "
-            "fingerprint TEXT NOT NULL, attempt INTEGER NOT NULL, payload BLOB, "
-            "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
-            "version INTEGER NOT NULL, meta TEXT NOT NULL, "
-            "effect TEXT NOT NULL DEFAULT 'unmarked', namespace TEXT, thread_id TEXT, "
-            "expires_at INTEGER NOT NULL)"
-        )
-        db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_thread ON {t} (thread_id, namespace)")
-        db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_namespace ON {t} (namespace)")
-        db.execute(f"CREATE INDEX IF NOT EXISTS {t}_by_expiry ON {t} (expires_at)")
         if row is None:
+            db.execute(
+                f"CREATE TABLE {t} ("
+                "key TEXT PRIMARY KEY NOT NULL, state TEXT NOT NULL, owner TEXT NOT NULL, "
+                "fence INTEGER NOT NULL, lease_until INTEGER NOT NULL, "
+                "fingerprint TEXT NOT NULL, attempt INTEGER NOT NULL, payload BLOB, "
+                "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
+                "version INTEGER NOT NULL, meta TEXT NOT NULL, "
+                "effect TEXT NOT NULL DEFAULT 'unmarked', namespace TEXT, thread_id TEXT, "
+                "expires_at INTEGER NOT NULL)"
+            )
+            db.execute(f"CREATE INDEX {t}_by_thread ON {t} (thread_id, namespace)")
+            db.execute(f"CREATE INDEX {t}_by_namespace ON {t} (namespace)")
+            db.execute(f"CREATE INDEX {t}_by_expiry ON {t} (expires_at)")
             db.execute(
                 f"INSERT INTO {_SCHEMA_TABLE} (name, version) VALUES (?, ?)",
                 (t, SCHEMA_VERSION),
@@ -94,8 +104,31 @@ def ensure_schema(db: sqlite3.Connection, path: str, table: str, key: str | None
         raise
 
 
+def _exists(db: sqlite3.Connection, name: str) -> bool:
+    found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return db.execute(found, (name,)).fetchone() is not None
+
+
+def _earlier(db: sqlite3.Connection, table: str, path: str) -> str:
+    """Why a table with no layout row is refused: what was found, and the way out."""
+    found = "no layout version"
+    if _exists(db, _DEVELOPMENT_TABLE):
+        old = f"SELECT version FROM {_DEVELOPMENT_TABLE} WHERE name = ?"
+        row = db.execute(old, (table,)).fetchone()
+        if row is not None:
+            found = f"schema version {row[0]!r} in {_DEVELOPMENT_TABLE}"
+    return (
+        f"table {table} in {path} was not set up by this release ({found}): an earlier "
+        f"development build of langchain-idempotent wrote it, and this release keeps one "
+        f"layout (version {SCHEMA_VERSION} in {_SCHEMA_TABLE}) and upgrades none that came "
+        f"before it. It was left as it is. Drop it (DROP TABLE {table}, or delete the file) "
+        "and run again to set it up afresh; its records are then gone, so a call recorded "
+        "only there can run again"
+    )
+
+
 def _refusal(table: str, path: str, stored: object) -> str:
-    """Why a table of another schema version is refused, and what to do (never: delete it)."""
+    """Why a table of another layout version is refused, and what to do (never: delete it)."""
     if isinstance(stored, int) and stored > SCHEMA_VERSION:
         return (
             f"table {table} in {path} was set up by a newer langchain-idempotent (schema "
@@ -105,9 +138,9 @@ def _refusal(table: str, path: str, stored: object) -> str:
             "worker at another table) would run their calls again"
         )
     return (
-        f"table {table} in {path} has schema version {stored!r}, which no "
-        f"langchain-idempotent wrote; set its row in {_SCHEMA_TABLE} back to the version "
-        f"its layout has ({SCHEMA_VERSION} for a table with an effect column)"
+        f"table {table} in {path} has schema version {stored!r} in {_SCHEMA_TABLE}, which "
+        f"no langchain-idempotent wrote; set its row back to {SCHEMA_VERSION}, the version "
+        "its layout has"
     )
 
 

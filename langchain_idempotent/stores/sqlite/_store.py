@@ -22,12 +22,11 @@ Spec:
   with an unknown format ``version`` or ill-typed columns raises
   :class:`~langchain_idempotent.errors.CorruptRecordError`; it is never half-read. An
   operator can still ``delete`` it.
-- **Schema.** Created with ``CREATE ... IF NOT EXISTS`` on first connect. Its version is
-  kept per table in ``langchain_idempotent_schema``; a table written by a newer schema is
-  refused with :class:`~langchain_idempotent.errors.StoreUnavailableError`. Version 2 adds
-  the ``effect`` column (the side-effect mark); a version-1 table is migrated in place
-  (``ALTER TABLE ... ADD COLUMN``, its rows ``unmarked``). Columns and schema:
-  :mod:`._schema`.
+- **Schema.** Created on first connect, its layout version kept per table in
+  ``langchain_idempotent_layout``. One layout, version 1; a table of another version (a
+  newer release's) or with no row there (an earlier development build's) is refused with
+  :class:`~langchain_idempotent.errors.StoreUnavailableError` and left as it is. Columns,
+  schema and the place for future migrations: :mod:`._schema`.
 - **Durability.** WAL journal with ``synchronous=NORMAL`` by default: a committed record
   survives the crash of any process, but the last transactions before a power loss or OS
   crash can roll back (the WAL is fsynced at checkpoints, not at every commit); the file
@@ -470,7 +469,7 @@ class SqliteIdempotencyStore(DecidesInPython):
         self._wakeup = _wakeup_for(self._path, self._table)
 
     def _prepare(self, db: sqlite3.Connection, key: str | None, journal_mode: str) -> None:
-        """Every new connection: create or migrate the schema on this store's first one."""
+        """Every new connection: set the schema up (or check it) on this store's first one."""
         if self._schema_ready:
             return
         ensure_schema(db, self._path, self._table, key)
