@@ -29,6 +29,7 @@ from ..core.policy import Policy, PolicyOptions
 from ..core.store import BaseIdempotencyStore
 from ..errors import MissingScopeError
 from . import _identical, _siblings
+from ._calling import calling
 from ._compat import (
     NEVER_TERMINAL,
     NO_INJECTIONS,
@@ -39,16 +40,7 @@ from ._compat import (
 )
 from ._replay import mark_answer, restamp
 from ._siblings import Sibling, StepCalls
-from .keys import (
-    CallInfo,
-    DerivedKey,
-    InjectedInputError,
-    call_info,
-    call_inputs,
-    calling,
-    check_key_state,
-    derive_key,
-)
+from .keys import CallInfo, DerivedKey, InjectedInputError, call_info, call_inputs, derive_key
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -133,10 +125,6 @@ class PendingCall:
         programming errors that no tool-error handling may hand to the model."""
         params = params or NO_INJECTIONS
         try:
-            check_key_state(tool, params, scope=policy.scope, key_state=policy.key_state)
-        except ValueError as exc:
-            raise loud(exc) from None
-        try:
             if inputs is None:
                 inputs = call_inputs(
                     params,
@@ -155,6 +143,7 @@ class PendingCall:
                 namespace=policy.namespace,
                 inputs=inputs,
                 hidden=params.hidden,
+                exclude=policy.key_exclude,
             )
             derived = derive_key(info, policy.scope)
         except ValidationError:

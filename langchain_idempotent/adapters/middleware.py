@@ -40,18 +40,12 @@ from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
+from ._calling import watch_calling_tools
 from ._compat import InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
-from .keys import (
-    TURN_CONFIG_KEY,
-    check_key_state,
-    graph_path,
-    model_schema,
-    turn_from_messages,
-    watch_calling_tools,
-)
+from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
 
 __all__ = ["IdempotencyMiddleware"]
 
@@ -120,16 +114,6 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self.handoff = handoff
         self._known: dict[str, _Known] = {}
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
-        for t in tools:  # the tools given as objects: refused now, not at their first call
-            if isinstance(t, BaseTool):
-                policy_of = self.engine.for_tool(t.name).policy
-                if self._handoff_of(t) != "rerun" and policy_of.effect_class != "read":
-                    check_key_state(
-                        t.name,
-                        self._known_of(t).params,
-                        scope=policy_of.scope,
-                        key_state=policy_of.key_state,
-                    )
 
     def wrap_tool_call(
         self,

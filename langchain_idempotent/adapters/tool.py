@@ -45,6 +45,7 @@ from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
+from ._calling import is_calling_tools, watch_calling_tools
 from ._compat import (
     DirectCall,
     InjectedParams,
@@ -57,13 +58,7 @@ from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
-from .keys import (
-    by_field_name,
-    check_key_state,
-    is_calling_tools,
-    model_schema,
-    watch_calling_tools,
-)
+from .keys import by_field_name, model_schema
 
 __all__ = ["IdempotentTool", "idempotent"]
 
@@ -100,9 +95,6 @@ class IdempotentTool(BaseTool):
         check_handoff(inner, handoff)
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
         params = injected_params(inner)
-        if handoff != "rerun" and engine.policy.effect_class != "read":
-            policy = engine.policy  # the whole state without key_state: refused now
-            check_key_state(inner.name, params, scope=policy.scope, key_state=policy.key_state)
         direct = DirectCall.of(inner)
         if direct is not None:
             # This wrapper's tool run is the only one: it carries the inner tool's callbacks.

@@ -62,12 +62,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     """Explain one key; 0 done (or ``--key`` matches), 1 ``--key`` differs, 2 bad input."""
+    from ..adapters._calling import calling
     from ..adapters.keys import (
         SCOPE_CONFIG_KEY,
         TURN_CONFIG_KEY,
         CallInfo,
         call_info,
-        calling,
         explain_key,
     )
     from ..errors import IdempotencyError
