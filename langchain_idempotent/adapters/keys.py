@@ -68,6 +68,7 @@ __all__ = [
     "call_inputs",
     "derive_key",
     "explain_key",
+    "given_state",
     "graph_path",
     "key_inputs",
     "model_schema",
@@ -311,11 +312,7 @@ def call_inputs(
 
     given = args if isinstance(args, Mapping) else {}
     if state is None:
-        for param in params.whole_state:
-            value = given.get(param)
-            state = getattr(value, "state", None) if param == params.runtime else value
-            if state is not None:
-                break
+        state = given_state(params, given)
     if state is None:
         wanted = [f for p, f in params.state_fields if p not in given]
         wanted += list(key_state or ())
@@ -328,6 +325,18 @@ def call_inputs(
         key_state=key_state,
         exclude=exclude,
     )
+
+
+def given_state(params: InjectedParams, args: Any) -> Any:
+    """The whole graph state a call hands its tool (a whole ``InjectedState`` argument, a
+    ``ToolRuntime``'s ``.state``), or ``None``."""
+    given = args if isinstance(args, Mapping) else {}
+    for param in params.whole_state:
+        value = given.get(param)
+        state = getattr(value, "state", None) if param == params.runtime else value
+        if state is not None:
+            return state
+    return None
 
 
 def _has(state: Any, name: str) -> bool:

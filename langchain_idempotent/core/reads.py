@@ -124,9 +124,11 @@ class ReadingDict(dict[Any, Any]):
     a whole). Writes go through to the mapping it was made from; ``copy()`` (what
     LangChain's ``ensure_config`` does to ``configurable``) keeps noting into the same
     read set. ``skip`` keys are handed out without a note (the framework's own knobs;
-    a nested view); ``alias`` notes a key as another (an object by its id)."""
+    a nested view); ``alias`` notes a key as another (an object by its id).
+    ``whole=False``: iterating over the items notes nothing (the top of a config, which
+    LangChain copies item by item on every ``ensure_config``)."""
 
-    __slots__ = ("_alias", "_origin", "_prefix", "_reads", "_skip")
+    __slots__ = ("_alias", "_origin", "_prefix", "_reads", "_skip", "_whole")
 
     def __init__(
         self,
@@ -137,6 +139,7 @@ class ReadingDict(dict[Any, Any]):
         skip: Any = frozenset(),
         alias: Mapping[str, str] | None = None,
         values: Mapping[Any, Any] | None = None,
+        whole: bool = True,
     ) -> None:
         super().__init__(origin if values is None else values)
         self._origin = origin
@@ -144,6 +147,7 @@ class ReadingDict(dict[Any, Any]):
         self._prefix = prefix
         self._skip = skip
         self._alias = alias or {}
+        self._whole = whole
 
     def _note(self, key: Any) -> None:
         if not isinstance(key, str) or _skipped(self._skip, key):
@@ -174,6 +178,8 @@ class ReadingDict(dict[Any, Any]):
         return dict.values(self)
 
     def _note_all(self) -> None:
+        if not self._whole:
+            return
         for key in dict.keys(self):
             self._note(key)
 
@@ -189,7 +195,12 @@ class ReadingDict(dict[Any, Any]):
 
     def copy(self) -> ReadingDict:
         return ReadingDict(
-            dict(self), self._reads, self._prefix, skip=self._skip, alias=self._alias
+            dict(self),
+            self._reads,
+            self._prefix,
+            skip=self._skip,
+            alias=self._alias,
+            whole=self._whole,
         )
 
     def __copy__(self) -> ReadingDict:
@@ -207,7 +218,7 @@ class ReadingDict(dict[Any, Any]):
 
 
 def _skipped(skip: Any, key: str) -> bool:
-    return key in skip or (callable(skip) and skip(key))
+    return bool(skip(key)) if callable(skip) else key in skip
 
 
 def answered(value: Any, reads: Reads | None) -> Any:
