@@ -81,10 +81,10 @@ def _not_read(key: str) -> bool:
     return key not in _CONFIG_READ
 
 
-def view_config(config: Mapping[str, Any], reads: Reads) -> Any:
+def view_config(config: Mapping[str, Any] | None, reads: Reads) -> Any:
     """``config`` (a ``RunnableConfig``) as a view that notes the tool's reads (its
-    ``configurable`` too)."""
-    if isinstance(config, ReadingDict):
+    ``configurable`` too); no config stays none."""
+    if config is None or isinstance(config, ReadingDict):
         return config
     configurable = config.get("configurable") or {}
     conf = ReadingDict(configurable, reads, "configurable", skip=framework_knob, alias=_ALIASES)

@@ -135,13 +135,37 @@ def visible_arguments(
             first = next(iter(schema.model_fields), None)
             tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        return json_arguments(schema.model_validate(visible), fields - hidden if hidden else fields)
+        model = schema.model_validate(visible)
+        keyed = fields - hidden if hidden else fields
+        try:
+            return json_arguments(model, keyed)
+        except InvalidArgumentsError as exc:
+            name = next((f for f in sorted(keyed) if not _json_field(model, f)), None)
+            if name is None:
+                raise
+            raise _refused_argument(name, getattr(model, name, None), exc) from exc
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(props, Mapping):
         return {k: v for k, v in tool_input.items() if k in props and k not in hidden}
     return {k: v for k, v in tool_input.items() if k not in hidden}
+
+
+def _json_field(model: BaseModel, name: str) -> bool:
+    try:
+        json_arguments(model, {name})
+    except InvalidArgumentsError:
+        return False
+    return True
+
+
+def _refused_argument(name: str, value: Any, exc: Exception) -> InvalidArgumentsError:
+    return InvalidArgumentsError(
+        f"argument {name!r} ({type(value).__name__}) has no canonical JSON form ({exc}), so "
+        "no idempotency key can be made from it. Pass it as data (ids, not handles), or "
+        f"key_exclude=[{name!r}] if the effect does not depend on it"
+    )
 
 
 def by_field_name(args_schema: Any, tool_input: Any) -> Any:
@@ -211,7 +235,10 @@ def call_info(
     """What one call is; ``inputs`` are its injected inputs (:func:`key_inputs`),
     ``hidden`` the injected parameters that are no model argument, ``exclude`` the
     arguments kept out of the key (``key_exclude``)."""
-    args = visible_arguments(schema, tool_input, hidden)
+    try:
+        args = visible_arguments(schema, tool_input, hidden | frozenset(exclude))
+    except InvalidArgumentsError as exc:
+        raise InvalidArgumentsError(f"tool {tool!r}: {exc}") from exc
     inputs = inputs or {}
     configurable = config.get("configurable") or {}
     metadata = config.get("metadata") or {}
@@ -248,10 +275,7 @@ def _canonical_args(tool: str, args: Mapping[str, Any], exclude: Sequence[str]) 
         if name is None:
             raise
         raise InvalidArgumentsError(
-            f"tool {tool!r}: argument {name!r} ({type(keyed[name]).__name__}) has no "
-            f"canonical JSON form ({exc}), so no idempotency key can be made from it. Pass "
-            f"it as data (ids, not handles), or key_exclude=[{name!r}] if the effect does "
-            "not depend on it"
+            f"tool {tool!r}: {_refused_argument(name, keyed[name], exc)}"
         ) from exc
 
 
