@@ -388,3 +388,42 @@ def test_concurrent_calls_for_two_customers_on_one_key_never_cross(
             t.join()
         assert told == {"alice": "refunded 15.0 to alice", "bob": "refunded 15.0 to bob"}
     assert refunds.paid == {"alice": 1, "bob": 1}
+
+
+# -- the middleware hands the tool the same views ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind", ["config parameter", "runtime.config", "get_config()", "ToolRuntime.state"]
+)
+@pytest.mark.parametrize("mode", MODES)
+def test_the_middleware_keys_by_what_the_tool_reads(mode: str, kind: str) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    from langchain_idempotent import IdempotencyMiddleware
+    from tests.support.graphs import ScriptedChatModel, on_each_turn
+    from tests.test_effect_identity import CustomerState
+
+    refunds = Refunds()
+    store = InMemoryIdempotencyStore()
+    middleware = (
+        [IdempotencyMiddleware(store, tools=["refund_late_fee"])] if mode != "plain" else []
+    )
+    agent = create_agent(
+        ScriptedChatModel(then=on_each_turn(("refund_late_fee", {"amount": 15}))),
+        [refund_tool(kind, refunds, _nothing)],
+        middleware=middleware,
+        checkpointer=InMemorySaver(),
+        state_schema=CustomerState,
+    )
+
+    def turn(who: str) -> str:
+        state = {"messages": [HumanMessage("refund my late fee")], "customer": who}
+        config = {"configurable": {"thread_id": f"mw-{kind}-{mode}", "customer": who}}
+        out = agent.invoke(state, config)
+        return str([m for m in out["messages"] if isinstance(m, ToolMessage)][-1].content)
+
+    told = [turn(who) for who in ("alice", "bob", "alice")]
+    assert told == ["refunded 15.0 to alice", "refunded 15.0 to bob", "refunded 15.0 to alice"]
+    assert refunds.paid == ({"alice": 2, "bob": 1} if mode == "plain" else {"alice": 1, "bob": 1})
