@@ -427,3 +427,50 @@ def test_the_middleware_keys_by_what_the_tool_reads(mode: str, kind: str) -> Non
     told = [turn(who) for who in ("alice", "bob", "alice")]
     assert told == ["refunded 15.0 to alice", "refunded 15.0 to bob", "refunded 15.0 to alice"]
     assert refunds.paid == ({"alice": 2, "bob": 1} if mode == "plain" else {"alice": 1, "bob": 1})
+
+
+def test_under_approval_a_call_whose_reads_differ_is_refused_not_run_unapproved() -> None:
+    """Bob's call finds alice's approved refund under its key: his is another effect that
+    nobody approved, so it is refused with a reason instead of run."""
+    from langchain_idempotent.core.reads import ReadsDivergedError
+
+    refunds = Refunds()
+    refund = idempotent(
+        refund_tool("get_config()", refunds, _nothing),
+        InMemoryIdempotencyStore(),
+        approval=lambda call: False,  # a predicate: asks nobody for alice's call
+    )
+    call = {"name": "refund_late_fee", "args": {"amount": 15}, "type": "tool_call"}
+    config = {"configurable": {"thread_id": "t-approval", "customer": "alice"}}
+    assert refund.invoke({**call, "id": "c1"}, config).content == "refunded 15.0 to alice"
+    bob = {"configurable": {"thread_id": "t-approval", "customer": "bob"}}
+    assert refund.invoke({**call, "id": "c2"}, bob).content == "refunded 15.0 to bob"  # not gated
+    approving = idempotent(
+        refund_tool("get_config()", refunds, _nothing),
+        InMemoryIdempotencyStore(),
+        approval=lambda call: True,
+    )
+    with pytest.raises(ReadsDivergedError, match="nobody approved"):
+        run_approved_then(approving, call)
+    assert refunds.paid == {"alice": 2, "bob": 1}  # the approved tool paid alice only
+
+
+def run_approved_then(refund: Any, call: dict[str, Any]) -> None:
+    """Alice's call approved and run through a graph (``interrupt()`` answered), then
+    bob's call on the same thread with the same arguments."""
+    from langgraph.types import Command
+
+    builder = StateGraph(Ticket)
+    builder.add_node("tools", ToolNode([refund]))
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    for who in ("alice", "bob"):
+        config = {"configurable": {"thread_id": f"t-approved-{who}", "customer": who}}
+        config["configurable"]["idempotency_scope"] = "t-approved"  # one key for both
+        state = {
+            "messages": [AIMessage("", tool_calls=[{**call, "id": f"id-{who}"}])],
+            "customer": who,
+        }
+        graph.invoke(state, config)
+        graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from ..core.engine import Claimed, Engine, Unmemoized
 from ..core.events import SURFACED_KINDS, EventHook, IdempotencyEvent, surfaced_only
-from ..core.policy import Policy, PolicyOptions
+from ..core.policy import Policy, PolicyOptions, needs_approval
 from ..core.reads import (
     MAX_DIVERGENCES,
     Reads,
@@ -270,7 +270,7 @@ class PendingCall:
         try:
             claimed = _siblings.take(self.sibling(engine), step) if step else None
             result = engine.run(run.key, action=marked, **self._engine_kwargs(claimed))
-            while (diverged := run.diverged(result)) is not None:
+            while (diverged := run.diverged(result, engine)) is not None:
                 result = engine.run(diverged, action=marked, **self._engine_kwargs(None))
             result = run.value
         except InjectedInputError as exc:  # a value the tool read has no canonical form
@@ -305,7 +305,7 @@ class PendingCall:
         try:
             claimed = await _siblings.atake(self.sibling(engine), step) if step else None
             result = await engine.arun(run.key, action=marked, **self._engine_kwargs(claimed))
-            while (diverged := run.diverged(result)) is not None:
+            while (diverged := run.diverged(result, engine)) is not None:
                 result = await engine.arun(diverged, action=marked, **self._engine_kwargs(None))
             result = run.value
         except InjectedInputError as exc:
@@ -343,9 +343,11 @@ class _Run:
             return result
         return answered(result, self.mine)
 
-    def diverged(self, result: Any) -> str | None:
+    def diverged(self, result: Any, engine: Engine) -> str | None:
         """The key to run under next when ``result`` (the engine's answer) was stored by a
-        call whose reads differ from this one's; ``None`` when it is this call's answer."""
+        call whose reads differ from this one's; ``None`` when it is this call's answer.
+        Under approval such a call is refused: its approval was asked for the stored call's
+        key, so running it under another key would be an effect nobody approved."""
         self.value, stored = opened(result)
         if not stored or (self.mine is not None and self.mine.seen == stored):
             return None
@@ -354,6 +356,14 @@ class _Run:
         current = current_digests(stored, config, call.state)
         if current == stored:
             return None
+        if call.info is not None and needs_approval(engine.policy.approval, call.info):
+            raise ReadsDivergedError(
+                f"tool {call.tool!r}: this call reads other values ({', '.join(sorted(stored))}) "
+                "than the approved call stored under its key, so it is another effect that "
+                "nobody approved; it is not run. Give the values it depends on as arguments, "
+                "or a key function, so each gets its own approval",
+                key=self.key,
+            )
         self.tries += 1
         if self.tries > MAX_DIVERGENCES:
             raise ReadsDivergedError(
