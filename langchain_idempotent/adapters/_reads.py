@@ -98,8 +98,19 @@ def _view_state(state: Any, reads: Reads, untracked: frozenset[str]) -> Any:
     if isinstance(state, dict):
         return ReadingDict(state, reads, "state", skip=untracked)
     if state is not None:
-        reads.note("state", state)  # a pydantic or dataclass state: read whole
+        reads.note("state", _fields(state))  # a pydantic or dataclass state: read whole
     return state
+
+
+def _fields(state: Any) -> Any:
+    """An object state's fields as a mapping (pydantic 2 and 1 models, dataclasses, plain
+    objects), so a model class the canonicaliser does not know still has a digest."""
+    names = getattr(type(state), "model_fields", None) or getattr(state, "__fields__", None)
+    if names is None and dataclasses.is_dataclass(state):
+        names = [f.name for f in dataclasses.fields(state)]
+    if names is None:
+        return vars(state) if hasattr(state, "__dict__") else state
+    return {name: getattr(state, name, None) for name in names}
 
 
 def _view_runtime(runtime: Any, reads: Reads, untracked: frozenset[str]) -> Any:
@@ -195,7 +206,8 @@ def current_digests(paths: Mapping[str, str], config: RunnableConfig, state: Any
     for path in paths:
         root, _, key = path.partition(".")
         if root == "state" and not key:
-            out[path] = _digest_or_absent(state is not None, state)
+            whole = None if state is None else _fields(state)
+            out[path] = _digest_or_absent(state is not None, whole)
             continue
         source = state if root == "state" else roots.get(root)
         if isinstance(source, Mapping):

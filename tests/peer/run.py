@@ -142,11 +142,6 @@ _PREBUILT_THREAD = {
     f"{_TN}test_tool_node_stream_writer": (
         "streams the same graph twice; the second run replays, so the tool writes no custom events"
     ),
-    f"{_TN}test_tool_node_inject_state[_InjectStateSchema]": (
-        "calls tool1 (given the whole state) with the same arguments and a state missing "
-        "'foo'; wrapped with key_state=() (the suite does not say which fields it reads), "
-        "the earlier answer replays instead of the KeyError"
-    ),
     **{
         f"{_TN}test_tool_node_send_tool_call_gets_same_state_as_edge[{schema}]": (
             "runs record({}) by Send, then by edge; the second replays, so it records nothing"
