@@ -474,3 +474,54 @@ def run_approved_then(refund: Any, call: dict[str, Any]) -> None:
         }
         graph.invoke(state, config)
         graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+
+
+# -- the views ------------------------------------------------------------------------------
+
+
+def test_a_config_view_notes_the_tools_reads_and_never_the_frameworks_knobs() -> None:
+    """What LangChain does to a config (``ensure_config`` copies ``configurable``; a child
+    run copies it again) keeps noting; the run's own knobs are handed out un-noted."""
+    from langchain_core.runnables import ensure_config
+
+    from langchain_idempotent.adapters._reads import view_config
+    from langchain_idempotent.core.reads import ABSENT, Reads
+
+    reads = Reads("t", exclude=["configurable.trace"])
+    config: Any = {
+        "recursion_limit": 7,
+        "metadata": {"langgraph_step": 3},
+        "configurable": {
+            "thread_id": "t-1",
+            "run_id": "r-1",
+            "__pregel_runtime": object(),
+            "customer": "alice",
+            "trace": "x",
+        },
+    }
+    view = view_config(config, reads)
+    ensured = ensure_config(view)  # iterates the config: notes nothing
+    assert reads.seen == {}
+    configurable = ensured["configurable"]
+    assert configurable["customer"] == "alice" and configurable["trace"] == "x"
+    assert configurable["thread_id"] == "t-1" and configurable["run_id"] == "r-1"
+    assert configurable.get("missing") is None and view.get("recursion_limit") == 7
+    assert view["metadata"] == {"langgraph_step": 3}
+    assert set(reads.seen) == {
+        "configurable.customer",
+        "configurable.missing",
+        "config.recursion_limit",
+    }
+    assert reads.seen["configurable.missing"] == ABSENT
+
+
+def test_a_state_view_writes_through_and_skips_untracked_channels() -> None:
+    from langchain_idempotent.core.reads import ReadingDict, Reads
+
+    reads = Reads("t")
+    state = {"customer": "bob", "session": object()}
+    view = ReadingDict(state, reads, "state", skip=frozenset({"session"}))
+    assert view["session"] is state["session"]  # an UntrackedValue channel: not noted
+    view["created"] = 1  # a tool that stores a handle back into the state
+    assert state["created"] == 1 and list(reads.seen) == []
+    assert view["customer"] == "bob" and list(reads.seen) == ["state.customer"]

@@ -45,8 +45,9 @@ __all__ = [
 
 #: ``configurable`` keys LangGraph, the Agent Server and this library set per run or per
 #: thread (langgraph-api ``models/run.py``: ``run_id``, ``graph_id``, ``assistant_id``,
-#: ``cron_id``, ``langgraph_request_id``, the checkpoint's own keys): not inputs of an
-#: effect (the thread is already in the key), and a double-texted run changes them.
+#: ``cron_id``, ``langgraph_request_id``, the checkpoint's own keys) or that LangChain
+#: reads on every run (``model``): not inputs of an effect (the thread is already in the
+#: key), and a double-texted run changes them.
 _KNOBS = frozenset(
     {
         "thread_id",
@@ -60,6 +61,7 @@ _KNOBS = frozenset(
         "langgraph_request_id",
         "langsmith-trace",
         "baggage",
+        "model",  # LangChain's configurable chat model (every ensure_config reads it)
         SCOPE_CONFIG_KEY,
         TURN_CONFIG_KEY,
     }
