@@ -53,6 +53,8 @@ LangGraph's position-matched resumes            the n-th ``interrupt()`` of a ta
 ``langchain_core.runnables.config.``           what ``get_config()`` returns inside a tool
 ``var_child_runnable_config``                   run: a view that notes what it reads
                                                 (:func:`child_config_var`, :mod:`._reads`)
+a pydantic 1 state's ``__fields__``, an object  an object state handed whole is noted by its
+state's ``__dict__``                            fields (:func:`state_fields`, :mod:`._reads`)
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
@@ -67,6 +69,7 @@ return ``None``, and the wrapper goes through the inner tool's ``invoke`` instea
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -315,6 +318,17 @@ class DirectCall:
         run_manager: AsyncCallbackManagerForToolRun | None,
     ) -> Any:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
+
+
+def state_fields(state: Any) -> Any:
+    """An object state's fields as a mapping (pydantic 2 and 1 models, dataclasses, plain
+    objects), so a model class the canonicaliser does not know still has a digest."""
+    names = getattr(type(state), "model_fields", None) or getattr(state, "__fields__", None)
+    if names is None and dataclasses.is_dataclass(state):
+        names = [f.name for f in dataclasses.fields(state)]
+    if names is None:
+        return vars(state) if hasattr(state, "__dict__") else state
+    return {name: getattr(state, name, None) for name in names}
 
 
 def child_config_var() -> Any:

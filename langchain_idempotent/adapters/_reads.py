@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.keys import SCOPE_CONFIG_KEY, TURN_CONFIG_KEY
 from ..core.reads import ABSENT, ReadingDict, Reads, value_digest
 from ..errors import InvalidArgumentsError
+from ._compat import state_fields
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -100,19 +101,8 @@ def _view_state(state: Any, reads: Reads, untracked: frozenset[str]) -> Any:
     if isinstance(state, dict):
         return ReadingDict(state, reads, "state", skip=untracked)
     if state is not None:
-        reads.note("state", _fields(state))  # a pydantic or dataclass state: read whole
+        reads.note("state", state_fields(state))  # a pydantic or dataclass state: read whole
     return state
-
-
-def _fields(state: Any) -> Any:
-    """An object state's fields as a mapping (pydantic 2 and 1 models, dataclasses, plain
-    objects), so a model class the canonicaliser does not know still has a digest."""
-    names = getattr(type(state), "model_fields", None) or getattr(state, "__fields__", None)
-    if names is None and dataclasses.is_dataclass(state):
-        names = [f.name for f in dataclasses.fields(state)]
-    if names is None:
-        return vars(state) if hasattr(state, "__dict__") else state
-    return {name: getattr(state, name, None) for name in names}
 
 
 def _view_runtime(runtime: Any, reads: Reads, untracked: frozenset[str]) -> Any:
@@ -208,7 +198,7 @@ def current_digests(paths: Mapping[str, str], config: RunnableConfig, state: Any
     for path in paths:
         root, _, key = path.partition(".")
         if root == "state" and not key:
-            whole = None if state is None else _fields(state)
+            whole = None if state is None else state_fields(state)
             out[path] = _digest_or_absent(state is not None, whole)
             continue
         source = state if root == "state" else roots.get(root)
