@@ -525,3 +525,26 @@ def test_a_state_view_writes_through_and_skips_untracked_channels() -> None:
     view["created"] = 1  # a tool that stores a handle back into the state
     assert state["created"] == 1 and list(reads.seen) == []
     assert view["customer"] == "bob" and list(reads.seen) == ["state.customer"]
+
+
+@pytest.mark.parametrize("kind", ["config parameter", "get_config()", "ToolRuntime.state"])
+def test_async_calls_for_two_customers_are_each_paid_once_and_told_their_own(kind: str) -> None:
+    """The same through ``ainvoke`` (the tool's ``_arun``, the views in its task)."""
+    refunds = Refunds()
+    graph = ticket_graph(
+        idempotent(refund_tool(kind, refunds, _nothing), InMemoryIdempotencyStore()), kind
+    )
+
+    async def ask_async(who: str) -> str:
+        call = {"name": "refund_late_fee", "args": {"amount": 15}, "id": uuid.uuid4().hex}
+        state = {"messages": [AIMessage("", tool_calls=[call])], "customer": who}
+        config = {"configurable": {"thread_id": "ticket-async", "customer": who}}
+        out = await graph.ainvoke(state, config)
+        return str(out["messages"][-1].content)
+
+    async def turns() -> list[str]:
+        return [await ask_async(who) for who in ("alice", "bob", "alice")]
+
+    told = asyncio.run(turns())
+    assert told == ["refunded 15.0 to alice", "refunded 15.0 to bob", "refunded 15.0 to alice"]
+    assert refunds.paid == {"alice": 1, "bob": 1}
