@@ -192,36 +192,39 @@ def test_a_tool_given_the_whole_state_keys_by_the_declared_fields(mode: str, kin
 
 
 @pytest.mark.parametrize("kind", ["InjectedState", "ToolRuntime"])
-def test_a_tool_given_the_whole_state_is_refused_without_key_state_naming_the_options(
-    kind: str,
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_given_the_whole_state_keys_by_what_it_reads_with_no_declaration(
+    mode: str, kind: str
 ) -> None:
-    """The library cannot see what such a tool reads: under the default options it is
-    refused when wrapped, so it never replays A's refund to B."""
-    refund = whole_state_tools(Refunds())[kind]
-    with pytest.raises(ValueError, match=r"key_state=\['customer_id'") as refused:
-        idempotent(refund, InMemoryIdempotencyStore())
-    assert "refund_late_fee" in str(refused.value) and "key_state=()" in str(refused.value)
-    # A key function decides the key itself: nothing to refuse.
-    idempotent(refund, InMemoryIdempotencyStore(), scope=lambda call: "fixed")
-
-
-def test_the_middleware_refuses_a_whole_state_tool_without_key_state_at_its_first_call() -> None:
+    """No ``key_state=``: the library notes which state fields the tool reads."""
     refunds, store = Refunds(), InMemoryIdempotencyStore()
-    refund = whole_state_tools(refunds)["ToolRuntime"]
+    refund = whole_state_tools(refunds)[kind]
+    turn = graph_turns([wrap(refund, mode, store)], f"whole-noted-{kind}-{mode}")
+    assert run_turns(turn) == EXPECTED_TOLD
+    assert refunds.paid == EXPECTED_PAID[mode]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_middleware_keys_a_whole_state_tool_by_what_it_reads(mode: str) -> None:
+    refunds, store = Refunds(), InMemoryIdempotencyStore()
+    middleware = (
+        [IdempotencyMiddleware(store, tools=["refund_late_fee"])] if mode != "plain" else []
+    )
     agent = create_agent(
         ScriptedChatModel(then=ASK),
-        [refund],
-        middleware=[IdempotencyMiddleware(store, tools=["refund_late_fee"])],
+        [whole_state_tools(refunds)["ToolRuntime"]],
+        middleware=middleware,
         checkpointer=InMemorySaver(),
         state_schema=CustomerState,
     )
-    request = {"messages": [HumanMessage("refund my late fee")], "customer": "A"}
-    with pytest.raises(ValueError, match="key_state"):
-        agent.invoke(request, thread("mw-refused"))
-    assert refunds.paid == {}
-    # Given as an object, the tool is refused when the middleware is made.
-    with pytest.raises(ValueError, match="key_state"):
-        IdempotencyMiddleware(store, tools=[refund])
+    config = thread(f"mw-noted-{mode}")
+
+    def turn(customer: str) -> list[Any]:
+        state = {"messages": [HumanMessage("refund my late fee")], "customer": customer}
+        return list(agent.invoke(state, config)["messages"])
+
+    assert run_turns(turn) == EXPECTED_TOLD
+    assert refunds.paid == EXPECTED_PAID[mode]
 
 
 @pytest.mark.parametrize("mode", ["plain", "wrapped"])
@@ -550,27 +553,27 @@ def swarm_middleware(handoff: str | None) -> Callable[[], list[Any]]:
 STORE = InMemoryIdempotencyStore()
 
 
-def test_the_middleware_refuses_a_handoff_it_names_unless_told_what_its_replay_means() -> None:
-    """One rule for both faces: ``idempotent()`` refuses a state-reading ``Command`` tool
-    without ``handoff=``; so does the middleware, at the handoff's first call (loud, past
-    the tool-error handling) or when it is given the tool itself."""
+def test_the_middleware_reruns_a_handoff_it_names_with_no_declaration() -> None:
+    """One rule for both faces: a state-reading ``Command`` tool given no ``handoff=``
+    runs on every call (``"rerun"``), so the swarm hands off and refunds once."""
     from langgraph_swarm import create_handoff_tool, create_swarm
 
     from tests.support.agents import Ledger, refund_tool, swarm_agents
 
+    ledger = Ledger()
     to_bob, to_alice = (
         create_handoff_tool(agent_name="bob"),
         create_handoff_tool(agent_name="alice"),
     )
     graph = create_swarm(
-        swarm_agents(refund_tool(Ledger()), to_bob, to_alice, swarm_middleware(None)),
+        swarm_agents(refund_tool(ledger), to_bob, to_alice, swarm_middleware(None)),
         default_active_agent="alice",
     ).compile(checkpointer=InMemorySaver())
-    with pytest.raises(ValueError, match="handoff='rerun'") as refused:
-        graph.invoke({"messages": [HumanMessage("refund INV-7, $140")]}, thread("mw-handoff"))
-    assert "transfer_to_bob" in str(refused.value)
-    with pytest.raises(ValueError, match="handoff='rerun'"):
-        IdempotencyMiddleware(STORE, tools=[to_bob])
+    for _ in range(2):
+        out = graph.invoke({"messages": [HumanMessage("refund INV-7, $140")]}, thread("mw-ho"))
+        assert out["messages"][-1].content == "bob has refunded you"
+    assert ledger.count("refund") == 1
+    IdempotencyMiddleware(STORE, tools=[to_bob])  # given as an object: not refused
     with pytest.raises(ValueError, match="'rerun' or 'replay'"):
         IdempotencyMiddleware(STORE, tools=["transfer_to_bob"], handoff="always")  # type: ignore[arg-type]
 
@@ -626,8 +629,8 @@ def test_the_explain_command_with_the_inputs_gives_the_stored_key(
 
 def test_a_tool_langchain_mcp_adapters_made_is_no_whole_state_read() -> None:
     """The adapter's tools take a ``ToolRuntime`` for the client's interceptors only: their
-    effect is the MCP call's arguments, so they wrap without ``key_state``; a tool of the
-    same shape written by hand is still refused."""
+    effect is the MCP call's arguments, so it is handed no view; a tool of the same shape
+    written by hand is handed one (its reads are noted): neither is refused."""
     import mcp.types
     from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 
@@ -644,5 +647,5 @@ def test_a_tool_langchain_mcp_adapters_made_is_no_whole_state_read() -> None:
         """Refund."""
         return "ok"
 
-    with pytest.raises(ValueError, match="whole graph state"):
-        idempotent(refund, InMemoryIdempotencyStore())
+    assert idempotent(refund, InMemoryIdempotencyStore())._params.whole_state == ("runtime",)
+    assert idempotent(made, InMemoryIdempotencyStore())._params.whole_state == ()

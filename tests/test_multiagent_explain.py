@@ -42,7 +42,7 @@ def test_explain_key_gives_the_stored_key_and_names_its_parts() -> None:
     parts = dict(explained.parts)
     assert (parts["namespace"], parts["graph_path"], parts["node"]) == ("shop", "tools", "tools")
     assert parts["arguments"] == '{"amount":140,"invoice_id":"INV-7"}'
-    assert parts["version"] == "v1.k3"
+    assert parts["version"] == "v1.k4"
     assert "graph_path   tools" in str(explained)
 
 

@@ -21,15 +21,16 @@ from tests.support.agents import Ledger, ReplyModel, last_is, refund_tool, swarm
 from tests.support.graphs import assert_every_call_answered, thread
 
 
-def test_a_handoff_wrapped_without_saying_what_replay_means_is_refused_naming_the_option() -> None:
+def test_a_handoff_wrapped_without_saying_what_replay_means_reruns_on_every_call() -> None:
+    """The safe default: a handoff never answers with another state's snapshot."""
     store = InMemoryIdempotencyStore()
     to_bob = create_handoff_tool(agent_name="bob")
     assert is_handoff(to_bob) and is_handoff(supervisor_handoff(agent_name="bob"))
-    with pytest.raises(ValueError, match="handoff='rerun'") as refused:
-        idempotent(to_bob, store)
-    assert "transfer_to_bob" in str(refused.value) and "snapshot" in str(refused.value)
-    with pytest.raises(ValueError, match="handoff="):
-        idempotent([refund_tool(Ledger()), supervisor_handoff(agent_name="bob")], store)
+    assert idempotent(to_bob, store)._handoff == "rerun"
+    refund, handoff = idempotent(
+        [refund_tool(Ledger()), supervisor_handoff(agent_name="bob")], store
+    )
+    assert (refund._handoff, handoff._handoff) == (None, "rerun")
     with pytest.raises(ValueError, match="'rerun' or 'replay'"):
         idempotent(to_bob, store, handoff="always")  # type: ignore[arg-type]
     # A list with handoff= applies it to the handoffs only; the refund stays memoized.

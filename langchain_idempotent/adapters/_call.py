@@ -25,10 +25,20 @@ from pydantic import ValidationError
 
 from ..core.engine import Claimed, Engine, Unmemoized
 from ..core.events import SURFACED_KINDS, EventHook, IdempotencyEvent, surfaced_only
-from ..core.policy import Policy, PolicyOptions
+from ..core.policy import Policy, PolicyOptions, needs_approval
+from ..core.reads import (
+    MAX_DIVERGENCES,
+    Reads,
+    ReadsDivergedError,
+    answered,
+    opened,
+    reads_key,
+    recording,
+)
 from ..core.store import BaseIdempotencyStore
 from ..errors import MissingScopeError
 from . import _identical, _siblings
+from ._calling import calling
 from ._compat import (
     NEVER_TERMINAL,
     NO_INJECTIONS,
@@ -37,6 +47,7 @@ from ._compat import (
     graph_state_messages,
     loud,
 )
+from ._reads import current_digests
 from ._replay import mark_answer, restamp
 from ._siblings import Sibling, StepCalls
 from .keys import (
@@ -45,9 +56,8 @@ from .keys import (
     InjectedInputError,
     call_info,
     call_inputs,
-    calling,
-    check_key_state,
     derive_key,
+    given_state,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +105,10 @@ class PendingCall:
     duplicate: int = 0
     #: The tool's injected parameters (a reviewer's edit keeps the call's inputs).
     params: InjectedParams | None = None
+    #: The graph state the call is given (whole), to compare a stored answer's reads with.
+    state: Any = None
+    #: Paths kept out of the reads (``key_exclude``).
+    exclude: tuple[str, ...] = ()
 
     @property
     def args(self) -> Mapping[str, Any]:
@@ -133,10 +147,6 @@ class PendingCall:
         programming errors that no tool-error handling may hand to the model."""
         params = params or NO_INJECTIONS
         try:
-            check_key_state(tool, params, scope=policy.scope, key_state=policy.key_state)
-        except ValueError as exc:
-            raise loud(exc) from None
-        try:
             if inputs is None:
                 inputs = call_inputs(
                     params,
@@ -155,6 +165,7 @@ class PendingCall:
                 namespace=policy.namespace,
                 inputs=inputs,
                 hidden=params.hidden,
+                exclude=policy.key_exclude,
             )
             derived = derive_key(info, policy.scope)
         except ValidationError:
@@ -173,6 +184,9 @@ class PendingCall:
             derived, tool, tool_input, tool_call_id, info=info, schema=schema, params=params
         )
         pending.duplicate = k
+        pending.state = state if state is not None else given_state(params, args)
+        # key_state= names the state fields the effect depends on: the rest is not noted.
+        pending.exclude = (*policy.key_exclude, *(() if policy.key_state is None else ["state"]))
         return pending
 
     def with_meta(self, meta: Mapping[str, str]) -> PendingCall:
@@ -245,15 +259,22 @@ class PendingCall:
         its model message, claimed with it (:mod:`._siblings`)."""
         if self.duplicate and engine.policy.identical_calls == "reject":
             return _identical.rejection(self.tool, self.tool_call_id, self.duplicate)
-        call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
+        call_id, ns = self.tool_call_id, self._checkpoint_ns
+        run = _Run(self)
 
         def marked() -> Any:
-            with calling(key, ns):  # a sub-agent the tool invokes knows its calling call
-                return mark_answer(action(), call_id)
+            reads = run.start()
+            with calling(run.key, ns), recording(reads):  # what the tool reads is noted
+                return run.answered(mark_answer(action(), call_id))
 
         try:
             claimed = _siblings.take(self.sibling(engine), step) if step else None
-            result = engine.run(self.derived.key, action=marked, **self._engine_kwargs(claimed))
+            result = engine.run(run.key, action=marked, **self._engine_kwargs(claimed))
+            while (diverged := run.diverged(result, engine)) is not None:
+                result = engine.run(diverged, action=marked, **self._engine_kwargs(None))
+            result = run.value
+        except InjectedInputError as exc:  # a value the tool read has no canonical form
+            raise loud(exc) from None
         finally:
             for event in self.events if config is not None else ():
                 # No parent run (a bare call without callbacks): the log line still says it.
@@ -273,17 +294,22 @@ class PendingCall:
         """The async twin of :meth:`run`."""
         if self.duplicate and engine.policy.identical_calls == "reject":
             return _identical.rejection(self.tool, self.tool_call_id, self.duplicate)
-        call_id, key, ns = self.tool_call_id, self.derived.key, self._checkpoint_ns
+        call_id, ns = self.tool_call_id, self._checkpoint_ns
+        run = _Run(self)
 
         async def marked() -> Any:
-            with calling(key, ns):
-                return mark_answer(await action(), call_id)
+            reads = run.start()
+            with calling(run.key, ns), recording(reads):
+                return run.answered(mark_answer(await action(), call_id))
 
         try:
             claimed = await _siblings.atake(self.sibling(engine), step) if step else None
-            result = await engine.arun(
-                self.derived.key, action=marked, **self._engine_kwargs(claimed)
-            )
+            result = await engine.arun(run.key, action=marked, **self._engine_kwargs(claimed))
+            while (diverged := run.diverged(result, engine)) is not None:
+                result = await engine.arun(diverged, action=marked, **self._engine_kwargs(None))
+            result = run.value
+        except InjectedInputError as exc:
+            raise loud(exc) from None
         finally:
             for event in self.events if config is not None else ():
                 with contextlib.suppress(RuntimeError):
@@ -291,6 +317,64 @@ class PendingCall:
                         _event_name(event), _event_data(event), config=_made(config)
                     )
         return restamp(result, call_id, replayed=self.replayed)
+
+
+class _Run:
+    """One call's runs through the engine: the reads of each run of its tool, and the
+    key it moves to when a stored answer's reads differ from what it would read
+    (:mod:`langchain_idempotent.core.reads`)."""
+
+    __slots__ = ("call", "key", "mine", "tries", "value")
+
+    def __init__(self, call: PendingCall) -> None:
+        self.call = call
+        self.key = call.derived.key
+        self.mine: Reads | None = None  # the reads of this call's own run of the tool
+        self.tries = 0
+        self.value: Any = None
+
+    def start(self) -> Reads:
+        self.mine = Reads(self.call.tool, self.call.exclude)
+        return self.mine
+
+    def answered(self, result: Any) -> Any:
+        """``result`` as it is stored: with the run's reads (not an unmemoized one)."""
+        if isinstance(result, Unmemoized):
+            return result
+        return answered(result, self.mine)
+
+    def diverged(self, result: Any, engine: Engine) -> str | None:
+        """The key to run under next when ``result`` (the engine's answer) was stored by a
+        call whose reads differ from this one's; ``None`` when it is this call's answer.
+        Under approval such a call is refused: its approval was asked for the stored call's
+        key, so running it under another key would be an effect nobody approved."""
+        self.value, stored = opened(result)
+        if not stored or (self.mine is not None and self.mine.seen == stored):
+            return None
+        call = self.call
+        config = call.info.config if call.info is not None else {}
+        current = current_digests(stored, config, call.state)
+        if current == stored:
+            return None
+        if call.info is not None and needs_approval(engine.policy.approval, call.info):
+            raise ReadsDivergedError(
+                f"tool {call.tool!r}: this call reads other values ({', '.join(sorted(stored))}) "
+                "than the approved call stored under its key, so it is another effect that "
+                "nobody approved; it is not run. Give the values it depends on as arguments, "
+                "or a key function, so each gets its own approval",
+                key=self.key,
+            )
+        self.tries += 1
+        if self.tries > MAX_DIVERGENCES:
+            raise ReadsDivergedError(
+                f"tool {call.tool!r}: {self.tries} stored answers in a row read other values "
+                "than this call would; giving up",
+                key=self.key,
+            )
+        self.key = reads_key(self.key, current)
+        self.mine = None
+        call.replayed = False
+        return self.key
 
 
 #: The error type an abandon names for a tool error handled into an error ``ToolMessage``

@@ -50,6 +50,11 @@ LangGraph's ``configurable                      the running task's scratchpad, w
 LangGraph's position-matched resumes            the n-th ``interrupt()`` of a task gets the
                                                 n-th answer; ``_asking`` records which call
                                                 each position asked about
+``langchain_core.runnables.config.``           what ``get_config()`` returns inside a tool
+``var_child_runnable_config``                   run: a view that notes what it reads
+                                                (:func:`child_config_var`, :mod:`._reads`)
+a pydantic 1 state's ``__fields__``, an object  an object state handed whole is noted by its
+state's ``__dict__``                            fields (:func:`state_fields`, :mod:`._reads`)
 ``langgraph.errors.GraphBubbleUp``              public, but relied on: never a result
                                                 (:data:`NEVER_TERMINAL`), and let through
                                                 ``ToolNode(handle_tool_errors=...)``
@@ -64,6 +69,7 @@ return ``None``, and the wrapper goes through the inner tool's ``invoke`` instea
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -314,6 +320,24 @@ class DirectCall:
         return await self.tool._arun(*args, **self.async_.kwargs(kwargs, run_manager, config))
 
 
+def state_fields(state: Any) -> Any:
+    """An object state's fields as a mapping (pydantic 2 and 1 models, dataclasses, plain
+    objects), so a model class the canonicaliser does not know still has a digest."""
+    names = getattr(type(state), "model_fields", None) or getattr(state, "__fields__", None)
+    if names is None and dataclasses.is_dataclass(state):
+        names = [f.name for f in dataclasses.fields(state)]
+    if names is None:
+        return vars(state) if hasattr(state, "__dict__") else state
+    return {name: getattr(state, name, None) for name in names}
+
+
+def child_config_var() -> Any:
+    """The ``ContextVar`` that ``get_config()`` reads (the running child run's config)."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    return var_child_runnable_config
+
+
 def root_state_messages(config: RunnableConfig) -> Any:
     """The ``messages`` channel of the thread's outermost graph, read from its checkpoint
     (the one this step started from when LangGraph's ``checkpoint_map`` names it, else the
@@ -399,6 +423,9 @@ class InjectedParams:
     runtime: str | None = None
     #: Every injected parameter (store, call id and runtime too): never a model argument.
     hidden: frozenset[str] = frozenset()
+    #: State channels declared ``UntrackedValue`` in the state type the tool is given:
+    #: run-local values LangGraph never checkpoints (a session handle), no inputs.
+    untracked: frozenset[str] = frozenset()
 
 
 NO_INJECTIONS = InjectedParams()
@@ -419,6 +446,7 @@ def injected_params(tool: BaseTool) -> InjectedParams:
         for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
             if fn is not None:
                 hints.update(typing.get_type_hints(fn, include_extras=True))
+        declared = dict(hints)  # the function's own: a schema drops a ToolRuntime's types
         schema = tool.get_input_schema()
         if isinstance(schema, type):
             hints.update(get_all_basemodel_annotations(schema))
@@ -440,7 +468,32 @@ def injected_params(tool: BaseTool) -> InjectedParams:
         whole_state=tuple(sorted(whole)),
         runtime=found.runtime,
         hidden=frozenset(injected),
+        untracked=frozenset(f for name in whole for f in _untracked_channels(declared.get(name))),
     )
+
+
+def _untracked_channels(hint: Any) -> set[str]:
+    """The fields of the state type in ``hint`` (``ToolRuntime[Context, State]``,
+    ``Annotated[State, InjectedState]``) that are declared ``UntrackedValue``."""
+    import typing
+
+    from langgraph.channels.untracked_value import UntrackedValue
+
+    out: set[str] = set()
+    for candidate in typing.get_args(hint):
+        origin = typing.get_origin(candidate) or candidate
+        if not isinstance(origin, type) or origin.__module__ == "builtins":
+            continue
+        try:
+            fields = typing.get_type_hints(origin, include_extras=True)
+        except Exception:  # unresolvable annotations: none known
+            continue
+        for name, field_hint in fields.items():
+            for inner in (field_hint, *typing.get_args(field_hint)):
+                meta = getattr(inner, "__metadata__", ())
+                if any(m is UntrackedValue or isinstance(m, UntrackedValue) for m in meta):
+                    out.add(name)
+    return out
 
 
 #: Where langchain-mcp-adapters defines the function of the tools it makes from an MCP

@@ -6,12 +6,15 @@ and returns a ``Command`` (``langgraph-swarm`` / ``langgraph-supervisor``'s
 ``transfer_to_*`` copy the whole message history into it; deepagents' ``task`` answers
 with the sub-agent's result). A memoized ``Command`` is the first call's: replayed
 as-is it would write the first call's snapshot of the state over the current one (the
-current ``AIMessage`` gone, answers pointing at the wrong calls). So such a tool is
-refused at wrap time unless one option says what replay means for it:
+current ``AIMessage`` gone, answers pointing at the wrong calls). So one option says
+what replay means for such a tool:
 
-``handoff="rerun"``
+``handoff="rerun"`` (the default for a handoff)
     The tool runs on every call, with no key and no record: its answer is the current
-    state's. For pure control flow (``transfer_to_*``): it has no effect to repeat.
+    state's. For pure control flow (``transfer_to_*``): it has no effect to repeat. It is
+    the safe default because it never answers with another state's snapshot; what a
+    handoff's sub-agent does through wrapped tools is memoized under their own keys
+    (their calling call is the handoff's call), so a re-run handoff replays those effects.
 
 ``handoff="replay"``
     Memoized like any tool; a replay answers the current call (only the stored answer is
@@ -63,19 +66,14 @@ def _mentions(hint: Any, cls: type) -> bool:
     return any(_mentions(arg, cls) for arg in typing.get_args(hint))
 
 
-def check_handoff(tool: Any, handoff: Handoff | None) -> None:
-    """Refuse a handoff wrapped without ``handoff=``; refuse an unknown value."""
+def check_handoff(tool: Any, handoff: Handoff | None) -> Handoff | None:
+    """What replay means for ``tool``: ``handoff``, or ``"rerun"`` for a handoff given
+    none (``None`` for any other tool); an unknown value is refused."""
     if handoff is not None and handoff not in ("rerun", "replay"):
         raise ValueError(f"handoff must be 'rerun' or 'replay', got {handoff!r}")
-    if handoff is None and is_handoff(tool):
-        raise ValueError(
-            f"tool {tool.name!r} reads the graph state and returns a Command (a handoff): "
-            "memoized, its replay would write the first call's snapshot of the state over "
-            "the current one. Pass handoff='rerun' to run it on every call (control flow, "
-            "no effect to repeat: langgraph-swarm / langgraph-supervisor handoffs), or "
-            "handoff='replay' to memoize a Command that carries only its own answer "
-            "(deepagents' task); or leave it unwrapped"
-        )
+    if handoff is None and tool is not None and is_handoff(tool):
+        return "rerun"
+    return handoff
 
 
 def stored_handoff(result: Any, tool: str, tool_call_id: str | None) -> Any:

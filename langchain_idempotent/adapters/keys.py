@@ -1,94 +1,53 @@
-"""Idempotency keys: which calls are "the same effect".
+"""What a LangChain or LangGraph call puts into its idempotency key.
 
-``key = sha256(version, namespace, scope, thread_id, graph path, node, agent, calling
-call, tool, canonical arguments, inputs[, scope part])``, every part length-prefixed so no
-two tuples collide; :func:`explain_key` shows the parts of one key.
+The recipe itself (the parts, their order, the scopes, the version) is
+:mod:`langchain_idempotent.core.keys`; what a tool reads while it runs is
+:mod:`langchain_idempotent.core.reads` and :mod:`._reads`; the calling call of a sub-agent
+is :mod:`._calling`. Here, the LangChain side of one call's :class:`CallInfo`:
 
-* version: ``v<canonicaliser>.k<key format>`` (:data:`KEY_VERSION`); changing either
-  rule changes every key, so each is versioned.
 * thread id: ``configurable.idempotency_scope``, else ``configurable.thread_id``, else an
   enclosing :func:`~langchain_idempotent.idempotency_scope`; no thread → ``MissingScopeError``.
 * graph path: ``checkpoint_ns`` with the task ids and LangGraph's per-task call counters
-  removed (``billing:9dd2…|1|tools:41c5…`` → ``billing|tools``): task ids change when the
-  LLM step re-runs, and the counter grows each time a retried task invokes the same
-  subgraph again, so neither may be part of "the same effect".
-* node: ``metadata.langgraph_node`` (inside a subgraph only the leaf name, hence the path).
-* agent: ``metadata.lc_agent_name``, the innermost named agent (``create_agent(name=...)``,
-  deepagents' sub-agents); a subgraph mounted as a node is already told apart by its path.
-* calling call: for a call made while another memoized call runs (a sub-agent invoked
-  from inside a wrapped tool, deepagents' ``task``), that call's key; inside a tool the
-  library does not wrap, that tool run's name, model-visible arguments, graph path and
-  own calling call (a LangChain configure hook, :func:`watch_calling_tools`, reads them
-  from ``on_tool_start``). A retry of the calling call derives the same key, so the
-  sub-agent's effects replay; two calling calls (other tools, other arguments) never
-  share one, so two sub-agents never collide.
+  removed (``billing:9dd2…|1|tools:41c5…`` → ``billing|tools``).
+* node: ``metadata.langgraph_node``; agent: ``metadata.lc_agent_name``, the innermost
+  named agent; calling call: :func:`._calling.parent_call`.
 * canonical arguments: the fields of the model-visible schema (an injected parameter the
   schema still shows, such as a ``runtime`` injected by name, is none), validated through
-  that schema, then RFC 8785.
-* inputs (:func:`key_inputs`): what the effect depends on that the model does not send:
-  ``InjectedToolArg`` values, ``InjectedState("field")`` values, the ``key_state`` fields
-  of a tool given the whole state (such a tool is refused without ``key_state``:
-  :func:`check_key_state`), and the run's static context (``Runtime.context``) unless
-  ``key_exclude=["context"]``; RFC 8785 too, and a value with no canonical form is
-  refused naming it. A store handle, the ``tool_call_id`` and the rest of a
-  ``ToolRuntime`` never enter: a handle has no value of its own, and a call id changes
-  when the LLM step re-runs (docs/keys.md has the table).
-
-Scopes (what one effect is):
-
-======== ============================================ ======================================
-scope    key adds                                     trade-off
-======== ============================================ ======================================
-thread   nothing (default)                            a deliberate repeat in a later user turn
-                                                      is suppressed (replayed)
-turn     the id of the last human message of the      a new user turn may repeat the call
-         outermost graph (a sub-agent's own input
-         message is made afresh by its caller)
-call     the ``tool_call_id`` (arguments leave the    a retry through a re-run LLM step gets a
-         key and become the fingerprint)              new id and runs again
-function whatever the function returns (the arguments the function decides
-         become the fingerprint)
-======== ============================================ ======================================
-
-The fingerprint (a hash of tool, canonical arguments and inputs) is stored with the
-record: under ``call`` or a key function, the same key with other arguments or inputs is
-rejected.
+  that schema, then RFC 8785; an argument in ``key_exclude`` stays out. One with no
+  canonical form is refused naming it and ``key_exclude=``.
+* inputs (:func:`key_inputs`): what the effect depends on that the model does not send
+  and the library can read before the call: ``InjectedToolArg`` values,
+  ``InjectedState("field")`` values, the ``key_state`` fields (an override), and the run's
+  static context (``Runtime.context``) unless ``key_exclude=["context"]``. What a tool
+  given the whole state, a ``ToolRuntime`` or the config reads is recorded while it runs
+  (:mod:`._reads`). A store handle and the ``tool_call_id`` never enter (docs/keys.md).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
-import threading
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from ..core._callinfo import CallInfo, KeyFunction, Scope
-from ..core.canonical import CANONICAL_VERSION, canonical_json, json_arguments
+from ..core.canonical import canonical_json, json_arguments
 from ..core.context import current_scope
-from ..errors import InvalidArgumentsError, MissingScopeError
-
-#: ``(namespace, custom key)`` → the agent name that first used it, to warn when a key
-#: function merges two agents (bounded; per process).
-_seen_keys: dict[tuple[str, str], str] = {}
-_seen_lock = threading.Lock()
-_SEEN_LIMIT = 10_000
-
-
-class InjectedInputError(InvalidArgumentsError):
-    """An input the model does not send (an injected value, a state field, the run's
-    context) has no canonical form: the application's to fix, never the model's."""
-
-
-class AgentCollisionWarning(UserWarning):
-    """A key function gave two agents that the library tells apart the same key."""
-
+from ..core.keys import (
+    KEY_VERSION,
+    SCOPE_CONFIG_KEY,
+    TURN_CONFIG_KEY,
+    AgentCollisionWarning,
+    DerivedKey,
+    KeyExplanation,
+    explain,
+    graph_path,
+)
+from ..core.keys import derive_key as _derive_key
+from ..core.reads import InjectedInputError
+from ..errors import InvalidArgumentsError
+from ._calling import parent_call
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -100,69 +59,29 @@ __all__ = [
     "AgentCollisionWarning",
     "CallInfo",
     "DerivedKey",
+    "InjectedInputError",
     "KeyExplanation",
     "KeyFunction",
     "Scope",
     "by_field_name",
     "call_info",
     "call_inputs",
-    "calling",
-    "check_key_state",
     "derive_key",
     "explain_key",
+    "given_state",
     "graph_path",
     "key_inputs",
     "model_schema",
     "visible_arguments",
 ]
 
-#: ``configurable`` key that gives a scope explicitly (outside graphs, or to override).
-SCOPE_CONFIG_KEY = "idempotency_scope"
-#: ``configurable`` key that names the user turn explicitly under ``scope="turn"``.
-TURN_CONFIG_KEY = "idempotency_turn"
-
-#: Bumped whenever the parts of a key or their rules change (it is part of every key).
-#: 1: thread, graph path without task ids, node, tool, arguments. 2: the graph path also
-#: drops per-task call counters; the agent's name and the calling call join the key;
-#: ``turn`` is the outermost graph's turn.
-#: 3: the inputs the model does not send (``InjectedToolArg`` values, ``InjectedState``
-#: fields, ``key_state`` fields, the run's static context) join the key and the
-#: fingerprint; an injected ``runtime`` parameter never counts as a model argument.
-KEY_VERSION = 3
-
-#: The key and ``checkpoint_ns`` of the memoized call whose tool is running now.
-_calling: ContextVar[tuple[str, str] | None] = ContextVar(
-    "langchain_idempotent_calling", default=None
-)
+__all__ += ["SCOPE_CONFIG_KEY", "TURN_CONFIG_KEY"]
 
 
-@contextlib.contextmanager
-def calling(key: str, checkpoint_ns: str) -> Iterator[None]:
-    """While a memoized call's tool runs: calls made inside it in a graph it started (a
-    sub-agent the tool invokes: another ``checkpoint_ns``) carry ``key`` as their
-    :attr:`CallInfo.parent_call`. A tool called directly by the tool is no sub-agent."""
-    token = _calling.set((key, checkpoint_ns))
-    try:
-        yield
-    finally:
-        _calling.reset(token)
-
-
-@dataclass(frozen=True, slots=True)
-class DerivedKey:
-    key: str
-    fingerprint: str
-    meta: Mapping[str, str]
-
-
-def graph_path(checkpoint_ns: str | None) -> str:
-    """``"outer:9dd2…|tools:41c5…"`` → ``"outer|tools"``; ``"billing:9dd2…|1|tools:41c5…"``
-    → ``"billing|tools"`` (a call counter is the same subgraph invoked again by a retry)."""
-    if not checkpoint_ns:
-        return ""
-    return "|".join(
-        part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part and not part.isdigit()
-    )
+def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
+    """The key, fingerprint and record meta for one call under ``scope``
+    (:func:`langchain_idempotent.core.keys.derive_key`, the turn read from the graph)."""
+    return _derive_key(info, scope, _turn_of)
 
 
 class _SingleInput(dict[str, Any]):
@@ -216,13 +135,37 @@ def visible_arguments(
             first = next(iter(schema.model_fields), None)
             tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
-        return json_arguments(schema.model_validate(visible), fields - hidden if hidden else fields)
+        model = schema.model_validate(visible)
+        keyed = fields - hidden if hidden else fields
+        try:
+            return json_arguments(model, keyed)
+        except InvalidArgumentsError as exc:
+            name = next((f for f in sorted(keyed) if not _json_field(model, f)), None)
+            if name is None:
+                raise
+            raise _refused_argument(name, getattr(model, name, None), exc) from exc
     if isinstance(tool_input, str):
         return {"__arg1": tool_input}
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if isinstance(props, Mapping):
         return {k: v for k, v in tool_input.items() if k in props and k not in hidden}
     return {k: v for k, v in tool_input.items() if k not in hidden}
+
+
+def _json_field(model: BaseModel, name: str) -> bool:
+    try:
+        json_arguments(model, {name})
+    except InvalidArgumentsError:
+        return False
+    return True
+
+
+def _refused_argument(name: str, value: Any, exc: Exception) -> InvalidArgumentsError:
+    return InvalidArgumentsError(
+        f"argument {name!r} ({type(value).__name__}) has no canonical JSON form ({exc}), so "
+        "no idempotency key can be made from it. Pass it as data (ids, not handles), or "
+        f"key_exclude=[{name!r}] if the effect does not depend on it"
+    )
 
 
 def by_field_name(args_schema: Any, tool_input: Any) -> Any:
@@ -287,10 +230,15 @@ def call_info(
     namespace: str,
     inputs: Mapping[str, Any] | None = None,
     hidden: frozenset[str] = frozenset(),
+    exclude: Sequence[str] = (),
 ) -> CallInfo:
     """What one call is; ``inputs`` are its injected inputs (:func:`key_inputs`),
-    ``hidden`` the injected parameters that are no model argument."""
-    args = visible_arguments(schema, tool_input, hidden)
+    ``hidden`` the injected parameters that are no model argument, ``exclude`` the
+    arguments kept out of the key (``key_exclude``)."""
+    try:
+        args = visible_arguments(schema, tool_input, hidden | frozenset(exclude))
+    except InvalidArgumentsError as exc:
+        raise InvalidArgumentsError(f"tool {tool!r}: {exc}") from exc
     inputs = inputs or {}
     configurable = config.get("configurable") or {}
     metadata = config.get("metadata") or {}
@@ -301,7 +249,7 @@ def call_info(
     return CallInfo(
         tool=tool,
         args=args,
-        canonical_args=canonical_json(args),
+        canonical_args=_canonical_args(tool, args, exclude),
         namespace=namespace,
         thread_id=_thread_id(config),
         graph_path=graph_path(ns),
@@ -310,10 +258,25 @@ def call_info(
         config=config,
         agent_name=str(agent) if agent else None,
         checkpoint_ns=ns,
-        parent_call=_parent_call(ns),
+        parent_call=parent_call(ns),
         inputs=inputs,
         canonical_inputs=_canonical_inputs(tool, inputs) if inputs else b"{}",
     )
+
+
+def _canonical_args(tool: str, args: Mapping[str, Any], exclude: Sequence[str]) -> bytes:
+    """RFC 8785 bytes of the arguments that enter the key; one with no canonical form is
+    refused naming it and the option that keeps it out."""
+    keyed = {k: v for k, v in args.items() if k not in exclude} if exclude else args
+    try:
+        return canonical_json(keyed)
+    except InvalidArgumentsError as exc:
+        name = next((k for k, v in keyed.items() if not _canonical(v)), None)
+        if name is None:
+            raise
+        raise InvalidArgumentsError(
+            f"tool {tool!r}: {_refused_argument(name, keyed[name], exc)}"
+        ) from exc
 
 
 #: The name in ``key_exclude`` that keeps the run's static context out of the key.
@@ -373,11 +336,7 @@ def call_inputs(
 
     given = args if isinstance(args, Mapping) else {}
     if state is None:
-        for param in params.whole_state:
-            value = given.get(param)
-            state = getattr(value, "state", None) if param == params.runtime else value
-            if state is not None:
-                break
+        state = given_state(params, given)
     if state is None:
         wanted = [f for p, f in params.state_fields if p not in given]
         wanted += list(key_state or ())
@@ -390,6 +349,18 @@ def call_inputs(
         key_state=key_state,
         exclude=exclude,
     )
+
+
+def given_state(params: InjectedParams, args: Any) -> Any:
+    """The whole graph state a call hands its tool (a whole ``InjectedState`` argument, a
+    ``ToolRuntime``'s ``.state``), or ``None``."""
+    given = args if isinstance(args, Mapping) else {}
+    for param in params.whole_state:
+        value = given.get(param)
+        state = getattr(value, "state", None) if param == params.runtime else value
+        if state is not None:
+            return state
+    return None
 
 
 def _has(state: Any, name: str) -> bool:
@@ -436,154 +407,6 @@ def _canonical(value: Any) -> bool:
     return True
 
 
-def check_key_state(
-    tool: str, params: InjectedParams, *, scope: Any, key_state: Sequence[str] | None
-) -> None:
-    """Refuse a tool that is given the whole graph state (``InjectedState`` without a
-    field, a ``ToolRuntime``) while nothing says which of it the effect depends on: the
-    library cannot see what it reads, and a replay to another input (another customer)
-    would be a wrong answer. Under ``scope="call"`` or a key function the key is not
-    made from the inputs, so there is nothing to refuse."""
-    if not params.whole_state or key_state is not None or callable(scope) or scope == "call":
-        return
-    raise ValueError(
-        f"tool {tool!r} is given the whole graph state ({', '.join(params.whole_state)}), "
-        "so the library cannot see which of it the effect depends on: a memoized answer "
-        "could be replayed to another input (another customer). Say which state fields "
-        "enter the key with key_state=['customer_id', ...], or key_state=() if the state "
-        "it reads never changes the effect; or use InjectedState('field') for each field "
-        "it reads, or a key function (scope=lambda call: ...)"
-    )
-
-
-def _parent_call(checkpoint_ns: str) -> str | None:
-    outer = _calling.get()
-    if outer is None or outer[1] == checkpoint_ns:
-        return None
-    return outer[0]
-
-
-def _calling_tools() -> Any:
-    """The one handler that names the calling call of a sub-agent invoked from inside a
-    tool this library does not wrap (made on first use: importing the key model loads no
-    callback machinery).
-
-    At every tool run's start, the tool's name, its model-visible arguments (the
-    ``inputs`` LangChain reports, injected ones filtered out), its graph path and its own
-    calling call become :data:`_calling` for what runs inside it (LangChain copies the
-    context into the tool run after ``on_tool_start``); the tool run's end restores it.
-    It handles tool events only, inline."""
-    if _tracker:
-        return _tracker[0]
-    from langchain_core.callbacks import BaseCallbackHandler
-
-    class CallingTools(BaseCallbackHandler):
-        run_inline = True
-        ignore_llm = ignore_chain = ignore_retriever = ignore_chat_model = True
-        ignore_custom_event = ignore_retry = True
-
-        def __init__(self) -> None:
-            self._before: dict[Any, tuple[str, str] | None] = {}
-
-        def on_tool_start(
-            self,
-            serialized: dict[str, Any],
-            input_str: str,
-            *,
-            run_id: Any,
-            metadata: dict[str, Any] | None = None,
-            inputs: dict[str, Any] | None = None,
-            **kwargs: Any,
-        ) -> None:
-            ns = (metadata or {}).get("langgraph_checkpoint_ns")
-            ns = ns if isinstance(ns, str) else ""
-            outer = _calling.get()
-            try:
-                args: str | bytes = canonical_json(inputs if inputs is not None else input_str)
-            except InvalidArgumentsError:
-                args = input_str
-            name = str((serialized or {}).get("name") or kwargs.get("name") or "")
-            identity = _digest("caller", outer[0] if outer else "", graph_path(ns), name, args)
-            self._before[run_id] = outer
-            _calling.set((f"{name}:{identity[:32]}", ns))
-
-        def _ended(self, run_id: Any) -> None:
-            if run_id in self._before:
-                _calling.set(self._before.pop(run_id))
-
-        def on_tool_end(self, output: Any, *, run_id: Any, **kwargs: Any) -> None:
-            self._ended(run_id)
-
-        def on_tool_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
-            self._ended(run_id)
-
-    _tracker.append(CallingTools())
-    return _tracker[0]
-
-
-_tracker: list[Any] = []
-_watching = threading.Lock()
-
-
-def is_calling_tools(handler: object) -> bool:
-    """Whether ``handler`` is the library's own tracker of calling tools."""
-    return bool(_tracker) and handler is _tracker[0]
-
-
-def watch_calling_tools() -> None:
-    """Install the tracker of calling tools (:func:`_calling_tools`) on every LangChain
-    run from now on, with a LangChain configure hook (once per process; called when a
-    tool is wrapped or a middleware is made)."""
-    if _tracker:
-        return
-    with _watching:
-        if _tracker:
-            return
-        from langchain_core.tracers.context import register_configure_hook
-
-        handler = _calling_tools()
-        var: ContextVar[Any] = ContextVar("langchain_idempotent_calling_tools", default=handler)
-        register_configure_hook(var, inheritable=True)
-
-
-def _digest(*parts: str | bytes) -> str:
-    """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update)."""
-    data = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogatepass") for p in parts]
-    return hashlib.sha256(b"".join([b"%d:" % len(d) + d for d in data])).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class KeyExplanation:
-    """Which parts made a key, in the order they are hashed (see :func:`explain_key`)."""
-
-    key: str
-    scope: str
-    parts: tuple[tuple[str, str], ...]
-
-    def __str__(self) -> str:
-        width = max(len(name) for name, _ in self.parts)
-        lines = [f"key    {self.key}", f"scope  {self.scope}"]
-        lines += [f"  {name:<{width}}  {value or '(none)'}" for name, value in self.parts]
-        return "\n".join(lines)
-
-
-def derive_key(info: CallInfo, scope: Scope | KeyFunction) -> DerivedKey:
-    """The key, fingerprint and record meta for one call under ``scope``."""
-    key = _key_of(*_key_parts(info, scope))
-    fingerprint = _digest("fp", info.tool, info.canonical_args, info.canonical_inputs)[:32]
-    meta = {
-        "namespace": info.namespace,
-        "thread_id": info.thread_id or "",
-        "tool": info.tool,
-        "node": info.node or "",
-        "graph_path": info.graph_path,
-        "agent": info.agent_name or "",
-        "parent_call": info.parent_call or "",
-        "key_version": str(KEY_VERSION),
-    }
-    return DerivedKey(key, fingerprint, meta)
-
-
 def explain_key(
     call: CallInfo | Any,
     tool_input: str | Mapping[str, Any] | None = None,
@@ -608,7 +431,7 @@ def explain_key(
     policy = getattr(call, "policy", None)
     chosen: Scope | KeyFunction = scope or getattr(policy, "scope", None) or "thread"
     if isinstance(call, CallInfo):
-        return _explain(call, chosen)
+        return explain(call, chosen, _turn_of)
     if tool_input is None:
         raise TypeError("explain_key(tool, tool_input, config): give the call's input")
     tool_call_id = None
@@ -635,115 +458,12 @@ def explain_key(
         ),
         hidden=params.hidden,
     )
-    return _explain(info, chosen)
+    return explain(info, chosen, _turn_of)
 
 
-def _explain(info: CallInfo, scope: Scope | KeyFunction) -> KeyExplanation:
-    name, named = _key_parts(info, scope)
-    key = _key_of(name, named)
-    parts = tuple(
-        (part, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
-        for part, value in named
-    )
-    return KeyExplanation(key, name, parts)
-
-
-#: The version part of every key (:data:`CANONICAL_VERSION` and :data:`KEY_VERSION`).
-_VERSION = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
-
-
-def _key_parts(
-    info: CallInfo, scope: Scope | KeyFunction
-) -> tuple[str, list[tuple[str, str | bytes]]]:
-    """The scope's name and the named parts of the key, in the order they are hashed; the
-    text of an explanation is built from them only when one is asked for."""
-    version = _VERSION
-    if callable(scope):
-        user_key = scope(info)
-        if not isinstance(user_key, str) or not user_key:
-            raise InvalidArgumentsError(
-                f"the key function for tool {info.tool!r} must return a non-empty string, "
-                f"got {user_key!r}"
-            )
-        _check_key_function(info, user_key)
-        return "custom", [("version", version), ("namespace", info.namespace), ("custom", user_key)]
-    if info.thread_id is None:
-        raise MissingScopeError(
-            f"tool {info.tool!r} was called without a thread id, so there is nothing to make "
-            "its idempotency key from. Inside LangGraph, compile the graph with a checkpointer "
-            "and invoke it with config={'configurable': {'thread_id': ...}}; outside a graph, "
-            "wrap the call in `with idempotency_scope('order-123'):` or pass "
-            f"config={{'configurable': {{'{SCOPE_CONFIG_KEY}': 'order-123'}}}}"
-        )
-    named: list[tuple[str, str | bytes]] = [
-        ("version", version),
-        ("namespace", info.namespace),
-        ("scope", scope),
-        ("thread_id", info.thread_id),
-        ("graph_path", info.graph_path),
-        ("node", info.node or ""),
-        ("agent", info.agent_name or ""),
-        ("parent_call", info.parent_call or ""),
-        ("tool", info.tool),
-    ]
-    if scope == "thread":
-        named += [("arguments", info.canonical_args), ("inputs", info.canonical_inputs)]
-    elif scope == "call":
-        if not info.tool_call_id:
-            raise MissingScopeError(
-                f"tool {info.tool!r} uses scope='call' but was invoked without a tool call id; "
-                "invoke it with a ToolCall ({'name', 'args', 'id', 'type': 'tool_call'}) or "
-                "use scope='thread'"
-            )
-        named += [("tool_call_id", info.tool_call_id), ("inputs", info.canonical_inputs)]
-    else:
-        turn = _turn_id(info.config, nested=bool(info.parent_call or "|" in info.graph_path))
-        if turn is None:
-            raise MissingScopeError(
-                f"tool {info.tool!r} uses scope='turn' but no user turn was found: the graph "
-                "state has no human message; pass config={'configurable': "
-                f"{{'{TURN_CONFIG_KEY}': ...}}}} to name the turn"
-            )
-        named += [
-            ("arguments", info.canonical_args),
-            ("inputs", info.canonical_inputs),
-            ("turn", turn),
-        ]
-    return scope, named
-
-
-def _key_of(scope: str, named: list[tuple[str, str | bytes]]) -> str:
-    """The key hashed from :func:`_key_parts` (a custom key hashes its marker too)."""
-    if scope == "custom":
-        (_, version), (_, namespace), (_, user_key) = named
-        return _digest(version, namespace, "custom", user_key)
-    return _digest(*[value for _, value in named])
-
-
-def _check_key_function(info: CallInfo, user_key: str) -> None:
-    """Warn when a key function gives two agents one key although the library tells them
-    apart by name: one agent's effect would be replayed to the other. (Two calls of one
-    agent sharing a business key, from different calling calls, are what such a key is
-    for: no warning.)"""
-    agent = info.agent_name or ""
-    with _seen_lock:
-        first = _seen_keys.setdefault((info.namespace, user_key), agent)
-        if len(_seen_keys) > _SEEN_LIMIT:
-            _seen_keys.pop(next(iter(_seen_keys)))
-    if first == agent:
-        return
-
-    def name(agent: str) -> str:
-        return repr(agent) if agent else "an unnamed agent"
-
-    warnings.warn(
-        f"the key function for tool {info.tool!r} gave the same key {user_key!r} to two "
-        f"agents the library tells apart: {name(first)} and {name(agent)}; one agent's "
-        "effect will be replayed to the other. Put call.agent_name into the key if they "
-        "are different effects.",
-        AgentCollisionWarning,
-        stacklevel=2,
-    )
+def _turn_of(info: CallInfo) -> str | None:
+    """The user turn of a call under ``scope="turn"``."""
+    return _turn_id(info.config, nested=bool(info.parent_call or "|" in info.graph_path))
 
 
 def _turn_id(config: RunnableConfig, *, nested: bool) -> str | None:

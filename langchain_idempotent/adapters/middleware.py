@@ -39,22 +39,18 @@ from ..core.context import passthrough
 from ..core.engine import Engine
 from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
+from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
-from ._compat import InjectedParams, format_tool_output, injected_params, loud
+from ._calling import watch_calling_tools
+from ._compat import NO_INJECTIONS, InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
 from ._identical import has_twin
+from ._reads import seeing_request, view_config
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
-from .keys import (
-    TURN_CONFIG_KEY,
-    check_key_state,
-    graph_path,
-    model_schema,
-    turn_from_messages,
-    watch_calling_tools,
-)
+from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
 
 __all__ = ["IdempotencyMiddleware"]
 
@@ -78,12 +74,11 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     ``response_schema``); see :mod:`langchain_idempotent.adapters.approval`. Use it instead of
     ``HumanInTheLoopMiddleware`` for effectful tools; that one stays fine for the others.
 
-    A named tool that reads the graph state and returns a ``Command`` (a handoff) is
-    refused, as :func:`~langchain_idempotent.idempotent` refuses it, unless ``handoff=``
-    (``"rerun"`` or ``"replay"``, or a dict of tool names to those) says what its replay
-    means; a named tool given the whole state is refused without ``key_state=``
-    (docs/keys.md). Tools given by name are checked at their first call, tools given as
-    objects here.
+    A named tool that reads the graph state and returns a ``Command`` (a handoff) runs on
+    every call with no record, as under :func:`~langchain_idempotent.idempotent`, unless
+    ``handoff=`` (``"rerun"`` or ``"replay"``, or a dict of tool names to those) says
+    otherwise. What a named tool reads of the state and the config is noted while it runs
+    (docs/keys.md).
     """
 
     def __init__(
@@ -123,16 +118,6 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self.handoff = handoff
         self._known: dict[str, _Known] = {}
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
-        for t in tools:  # the tools given as objects: refused now, not at their first call
-            if isinstance(t, BaseTool):
-                policy_of = engine_for(self.engine, t).policy
-                if self._handoff_of(t) != "rerun" and policy_of.effect_class != "read":
-                    check_key_state(
-                        t.name,
-                        self._known_of(t).params,
-                        scope=policy_of.scope,
-                        key_state=policy_of.key_state,
-                    )
 
     def wrap_tool_call(
         self,
@@ -156,9 +141,11 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         step = self._step(request, config, engine, pending)
         if _twinned(request, engine):  # the effect is claimed where the tool runs
             return handler(_AtTheTool.over(request, self, pending, engine, config, step, handoff))
+        params = self._params(request)
 
         def action() -> Any:
-            return _kept(unmemoized_if_error(handler(request)), handoff, pending)
+            seen = seeing_request(request, params, current_reads())  # its reads noted
+            return _kept(unmemoized_if_error(handler(seen)), handoff, pending)
 
         result = pending.run(engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
@@ -186,17 +173,19 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if _twinned(request, engine):
             at_tool = _AtTheTool.over(request, self, pending, engine, config, step, handoff)
             return await handler(at_tool)
+        params = self._params(request)
 
         async def action() -> Any:
-            return _kept(unmemoized_if_error(await handler(request)), handoff, pending)
+            seen = seeing_request(request, params, current_reads())
+            return _kept(unmemoized_if_error(await handler(seen)), handoff, pending)
 
         result = await pending.arun(engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
 
     def _handoff(self, request: ToolCallRequest) -> Handoff | None:
         """What replay means for the call's tool if it is a handoff (the rule of
-        :func:`~langchain_idempotent.idempotent`: refused, loud, unless ``handoff=``
-        says); ``None`` for any other tool, and for a tool this middleware does not wrap."""
+        :func:`~langchain_idempotent.idempotent`: ``"rerun"`` unless ``handoff=`` says);
+        ``None`` for any other tool, and for a tool this middleware does not wrap."""
         if request.tool is None or request.tool_call["name"] not in self.tool_names:
             return None
         try:
@@ -208,8 +197,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if not self._known_of(tool).handoff:
             return None
         handoff = self.handoff.get(tool.name) if isinstance(self.handoff, Mapping) else self.handoff
-        check_handoff(tool, handoff)
-        return handoff
+        return check_handoff(tool, handoff)
 
     def _known_of(self, tool: BaseTool) -> _Known:
         """What is read once per tool object: its injected parameters, whether it is a
@@ -219,6 +207,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             known = _Known(tool, injected_params(tool), is_handoff(tool))
             self._known[tool.name] = known
         return known
+
+    def _params(self, request: ToolCallRequest) -> InjectedParams:
+        tool = request.tool
+        return self._known_of(tool).params if tool is not None else NO_INJECTIONS
 
     def _engine(self, request: ToolCallRequest) -> Engine | None:
         """The engine of a tool this middleware wraps (its effect class applied)."""
@@ -361,13 +353,21 @@ class _AtTheTool(BaseTool):
         return request.override(tool=at_tool)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self.run_effect(input, lambda: self.inner.invoke(input, config, **kwargs))
+        return self.run_effect(input, lambda: self.inner.invoke(input, _viewed(config), **kwargs))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self.arun_effect(input, lambda: self.inner.ainvoke(input, config, **kwargs))
+        return await self.arun_effect(
+            input, lambda: self.inner.ainvoke(input, _viewed(config), **kwargs)
+        )
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:  # invoke is the one way in
         raise NotImplementedError
+
+
+def _viewed(config: RunnableConfig | None) -> RunnableConfig | None:
+    """The config a twin's tool runs with: a view that notes its reads (inside the claim)."""
+    reads = current_reads()
+    return config if reads is None else cast(RunnableConfig, view_config(config or {}, reads))
 
 
 @dataclass(frozen=True, slots=True)

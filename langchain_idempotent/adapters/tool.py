@@ -42,8 +42,10 @@ from ..core.context import passthrough
 from ..core.engine import Engine
 from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
+from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
+from ._calling import is_calling_tools, watch_calling_tools
 from ._compat import (
     DirectCall,
     InjectedParams,
@@ -55,16 +57,11 @@ from ._compat import (
 from ._functions import FunctionCall, tool_from_function
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
+from ._reads import config_context, handed, view_config
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
-from .keys import (
-    by_field_name,
-    check_key_state,
-    is_calling_tools,
-    model_schema,
-    watch_calling_tools,
-)
+from .keys import by_field_name, model_schema
 
 __all__ = ["IdempotentFunction", "IdempotentTool", "idempotent"]
 
@@ -98,12 +95,9 @@ class IdempotentTool(BaseTool):
     ) -> None:
         if isinstance(inner, IdempotentTool):
             raise ValueError(f"tool {inner.name!r} is already idempotent; wrap it once")
-        check_handoff(inner, handoff)
+        handoff = check_handoff(inner, handoff)  # a handoff given none: "rerun"
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
         params = injected_params(inner)
-        if handoff != "rerun" and engine.policy.effect_class != "read":
-            policy = engine.policy  # the whole state without key_state: refused now
-            check_key_state(inner.name, params, scope=policy.scope, key_state=policy.key_state)
         direct = DirectCall.of(inner)
         if direct is not None:
             # This wrapper's tool run is the only one: it carries the inner tool's callbacks.
@@ -359,12 +353,13 @@ class IdempotentTool(BaseTool):
         direct = self._direct
 
         def action() -> Any:
-            if direct is not None:
-                result = direct.run(args, kwargs, config=config, run_manager=run_manager)
-                return self._kept(unmemoized_if_error(result), pending)
-            return self._kept(
-                self._shape(self._runner.invoke(self._envelope(pending), child())), pending
-            )
+            seen, given, envelope = self._handed(config, kwargs, pending)
+            with config_context(current_reads()):  # get_config() / get_runtime(): noted
+                if direct is not None:
+                    result = direct.run(args, given, config=seen, run_manager=run_manager)
+                    return self._kept(unmemoized_if_error(result), pending)
+                result = self._runner.invoke(envelope, self._seen_child(child(), seen))
+                return self._kept(self._shape(result), pending)
 
         events = child if _listened(run_manager) else None
         return pending.run(self.engine, action, events, self._step(pending, config))
@@ -381,14 +376,41 @@ class IdempotentTool(BaseTool):
         direct = self._direct
 
         async def action() -> Any:
-            if direct is not None:
-                result = await direct.arun(args, kwargs, config=config, run_manager=run_manager)
-                return self._kept(unmemoized_if_error(result), pending)
-            result = self._shape(await self._runner.ainvoke(self._envelope(pending), child()))
-            return self._kept(result, pending)
+            seen, given, envelope = self._handed(config, kwargs, pending)
+            with config_context(current_reads()):
+                if direct is not None:
+                    result = await direct.arun(args, given, config=seen, run_manager=run_manager)
+                    return self._kept(unmemoized_if_error(result), pending)
+                result = await self._runner.ainvoke(envelope, self._seen_child(child(), seen))
+                return self._kept(self._shape(result), pending)
 
         events = child if _listened(run_manager) else None
         return await pending.arun(self.engine, action, events, self._step(pending, config))
+
+    def _handed(
+        self, config: RunnableConfig, kwargs: dict[str, Any], pending: PendingCall
+    ) -> tuple[RunnableConfig, dict[str, Any], Any]:
+        """What the tool is handed, as views that note what it reads (:mod:`._reads`):
+        the config, its injected arguments and (through ``invoke``) its envelope."""
+        reads = current_reads()
+        envelope = self._envelope(pending)
+        if reads is None:
+            return config, kwargs, envelope
+        given = handed(kwargs, self._params, reads) or kwargs
+        if isinstance(envelope, dict):
+            call = envelope.get("type") == "tool_call"
+            args = envelope.get("args") if call else envelope
+            viewed = handed(args, self._params, reads) if isinstance(args, dict) else None
+            if viewed is not None:
+                envelope = {**envelope, "args": viewed} if call else viewed
+        return view_config(config, reads), given, envelope
+
+    @staticmethod
+    def _seen_child(child: RunnableConfig, seen: RunnableConfig) -> RunnableConfig:
+        """The child config (its callbacks) with the noting ``configurable`` of ``seen``."""
+        if child is seen or not isinstance(seen, dict):
+            return child
+        return {**child, "configurable": seen["configurable"]}  # type: ignore[typeddict-item]
 
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
@@ -592,9 +614,9 @@ def idempotent(
     :mod:`langchain_idempotent.core.reconcile`).
 
     A tool that reads the graph state and returns a ``Command`` (a handoff; deepagents'
-    ``task``) is refused unless ``handoff="rerun"`` (run it on every call, no record) or
-    ``handoff="replay"`` (memoize a Command that carries only its own answer) says what
-    its replay means (see :mod:`langchain_idempotent.adapters._handoff`).
+    ``task``) runs on every call, with no record (``handoff="rerun"``, the default), unless
+    ``handoff="replay"`` (memoize a Command that carries only its own answer) says
+    otherwise (see :mod:`langchain_idempotent.adapters._handoff`).
     """
     if isinstance(tool_or_tools, BaseIdempotencyStore):
         raise TypeError(

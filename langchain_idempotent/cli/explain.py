@@ -132,11 +132,11 @@ class _BadInput(Exception):
 
 def _explain(args: argparse.Namespace) -> tuple[CallInfo, KeyExplanation, list[str]]:
     """The call's info, its key's parts, and what was assumed for the options not given."""
+    from ..adapters._calling import calling
     from ..adapters.keys import (
         SCOPE_CONFIG_KEY,
         TURN_CONFIG_KEY,
         call_info,
-        calling,
         explain_key,
         graph_path,
     )

@@ -181,12 +181,14 @@ class Policy:
     #: earlier checkpoint): ``"replay"`` its calls' stored results (default), or ``"run"``
     #: them as new effects (one key per branch; one checkpointer read per call).
     on_fork: Literal["replay", "run"] = field(default="replay", metadata=_CODE_ONLY)
-    #: The graph-state fields that enter the key (docs/keys.md): needed by a tool that is
-    #: given the whole state (``InjectedState`` without a field, a ``ToolRuntime``), which
-    #: is refused without it; ``()`` says the state it reads never changes the effect.
+    #: An override (docs/keys.md): the graph-state fields that enter the key of a tool
+    #: given the whole state (``InjectedState`` without a field, a ``ToolRuntime``), whose
+    #: other reads of the state are then not noted; ``()`` says the state never changes
+    #: the effect. ``None``: what the tool reads of the state is noted while it runs.
     key_state: tuple[str, ...] | None = field(default=None, metadata=_CODE_ONLY)
-    #: Injected parameters (and ``"context"``, the run's static context) that stay out of
-    #: the key: handles, or inputs the effect does not depend on.
+    #: Arguments, injected parameters, ``"context"`` (the run's static context) and read
+    #: paths (``"state.client"``, ``"configurable"``) that stay out of the key: handles,
+    #: or inputs the effect does not depend on.
     key_exclude: tuple[str, ...] = field(default=(), metadata=_CODE_ONLY)
     #: Seal every stored result and failure with AES-256-GCM, bound to its record
     #: (docs/encryption.md). :meth:`from_env` reads it from ``IDEMPOTENCY_ENCRYPTION_KEYS``.

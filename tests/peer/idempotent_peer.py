@@ -22,6 +22,12 @@ test):
   ``idempotency_scope(<test id>)``: a second call with the same arguments in one test replays
   the first answer;
 * ``off`` — nothing is wrapped (the suites' own baseline).
+
+Every tool is wrapped with **no options** (``fresh`` adds only its key function). A tool
+the library refuses to wrap until the user declares something (an option the refusal
+names: ``key_state=``, ``handoff=``) is counted, then wrapped with the declaration the
+refusal asks for, so the suite still runs; the count is printed at the end
+(``idempotent-peer: ... declarations needed=N``) with the tools' names.
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import json
+import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +54,13 @@ _MODE = "off"
 _building: contextvars.ContextVar[bool] = contextvars.ContextVar("peer_building", default=False)
 #: How many tools were wrapped (printed at the end, so a run that wraps nothing shows it).
 WRAPPED = [0]
+#: The tools (name, the option asked for) the library refused until a declaration.
+DECLARED: dict[tuple[str, str], int] = {}
+#: The declaration each option a refusal names is answered with.
+_DECLARATIONS: dict[str, dict[str, Any]] = {
+    "handoff=": {"handoff": "rerun"},
+    "key_state=": {"key_state": ()},
+}
 
 
 def _fresh_key(info: Any) -> str:
@@ -59,15 +75,28 @@ def wrap(t: Any) -> Any:
         return t
     token = _building.set(True)
     try:
-        # key_state=(): a tool given the whole state declares it no input of its effect
-        # (the suites' tools do not say which fields they read; without it such a tool
-        # is refused: docs/keys.md). Named state fields and injected values enter the key.
-        options: dict[str, Any] = {"scope": _fresh_key} if _MODE == "fresh" else {"key_state": ()}
-        wrapped = idempotent(t, store=STORE, **options)
+        options: dict[str, Any] = {"scope": _fresh_key} if _MODE == "fresh" else {}
+        wrapped = _wrap_declaring(t, options)
     finally:
         _building.reset(token)
     WRAPPED[0] += 1
     return wrapped
+
+
+def _wrap_declaring(t: BaseTool, options: dict[str, Any]) -> Any:
+    """``idempotent(t)`` with ``options``; a refusal that names an option is counted and
+    answered with that declaration (each option once)."""
+    while True:
+        try:
+            return idempotent(t, store=STORE, **options)
+        except ValueError as exc:
+            asked = next(
+                (o for o in _DECLARATIONS if o in str(exc) and o[:-1] not in options), None
+            )
+            if asked is None:
+                raise
+            DECLARED[(t.name, asked)] = DECLARED.get((t.name, asked), 0) + 1
+            options = {**options, **_DECLARATIONS[asked]}
 
 
 def _wrap_returned(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -187,4 +216,13 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    terminalreporter.write_line(f"idempotent-peer: mode={_MODE}, tools wrapped={WRAPPED[0]}")
+    names = sorted({f"{name} ({option[:-1]})" for name, option in DECLARED})
+    terminalreporter.write_line(
+        f"idempotent-peer: mode={_MODE}, tools wrapped={WRAPPED[0]}, "
+        f"declarations needed={sum(DECLARED.values())} ({len(names)} distinct: "
+        f"{', '.join(names) or 'none'})"
+    )
+    report = os.environ.get("IDEMPOTENT_PEER_REPORT")
+    if report:  # for run.py's summary
+        declared = [{"tool": n, "option": o, "times": c} for (n, o), c in sorted(DECLARED.items())]
+        Path(report).write_text(json.dumps({"wrapped": WRAPPED[0], "declared": declared}))

@@ -1,7 +1,7 @@
-"""Run LangGraph prebuilt's, langchain-core's and LangChain's agents tests with every tool
-made idempotent.
+"""Run LangGraph prebuilt's, langchain-core's, LangChain's agents, langgraph-supervisor's and
+langgraph-swarm's tests with every tool made idempotent, with no options.
 
-    python tests/peer/run.py                       # both suites, modes fresh and thread
+    python tests/peer/run.py                       # every suite, modes fresh and thread
     python tests/peer/run.py --suite core --mode off     # the suite's own baseline
     python tests/peer/run.py --suite prebuilt --mode thread -- -k interrupt -x
     python tests/peer/run.py --suite agents --mode thread --wrap middleware -- -k same_tool_twice
@@ -12,8 +12,11 @@ The test files come from the sdists of the *installed* versions (``pip download
 tested. Each run loads the ``idempotent_peer`` plugin (this directory), which wraps every
 tool the tests build (see its docstring). The exit status is non-zero when a test fails
 that is not in :data:`BY_DESIGN` for its mode, or a by-design failure starts passing
-(then the list is stale): the lists below are the documented ones (``docs/peer-suites.md``).
-The suites' own test dependencies are the ``peer`` extra of ``pyproject.toml``.
+(then the list is stale), or a tool needed a declaration before it could be wrapped (the
+plugin counts them: the summary prints ``declarations needed`` per suite and mode, and the
+wrapper failures, those that are neither by design nor the environment's): the lists below
+are the documented ones (``docs/peer-suites.md``). The suites' own test dependencies are
+the ``peer`` extra of ``pyproject.toml``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -91,6 +95,10 @@ SUITES = {
             )
         ),  # langchain_openai
     ),
+    "supervisor": Suite(
+        "supervisor", "langgraph-supervisor", ("pyproject.toml", "tests"), ("tests",), "toolnode"
+    ),
+    "swarm": Suite("swarm", "langgraph-swarm", ("pyproject.toml", "tests"), ("tests",), "toolnode"),
 }
 
 #: Tests that fail by design, per suite and mode, each with the reason (docs/peer-suites.md).
@@ -136,11 +144,6 @@ _PREBUILT_THREAD = {
     f"{_TN}test_tool_node_stream_writer": (
         "streams the same graph twice; the second run replays, so the tool writes no custom events"
     ),
-    f"{_TN}test_tool_node_inject_state[_InjectStateSchema]": (
-        "calls tool1 (given the whole state) with the same arguments and a state missing "
-        "'foo'; wrapped with key_state=() (the suite does not say which fields it reads), "
-        "the earlier answer replays instead of the KeyError"
-    ),
     **{
         f"{_TN}test_tool_node_send_tool_call_gets_same_state_as_edge[{schema}]": (
             "runs record({}) by Send, then by edge; the second replays, so it records nothing"
@@ -153,27 +156,11 @@ _PREBUILT_THREAD = {
         )
     },
 }
-_TODO = "tests/unit_tests/agents/middleware/implementations/test_todo.py::"
-_AGENTS_BY_DESIGN = {
-    f"{_TODO}{name}": (
-        "TodoListMiddleware's write_todos reads the state and returns a Command (a handoff): "
-        "idempotent() refuses it at wrap time unless handoff= says what its replay means"
-    )
-    for name in (
-        "test_todo_middleware_agent_creation_with_middleware",
-        "test_todo_middleware_agent_creation_with_middleware_async",
-        "test_todo_middleware_custom_system_prompt_in_agent",
-    )
-}
-_AGENTS_THREAD = {
-    **_AGENTS_BY_DESIGN,
-    "tests/unit_tests/agents/test_injected_runtime_create_agent.py::"
-    "test_tool_runtime_config_access": (
-        "invokes config_tool(x=5) twice in one thread with another recursion_limit; the "
-        "second replays (the run's config is no input of the effect), so the tool does not "
-        "see the new limit"
-    ),
-}
+#: LangChain's agents suite: nothing fails by design. (At key format 3, TodoListMiddleware's
+#: write_todos, a handoff, was refused without handoff=, and test_tool_runtime_config_access
+#: was told a stale config: the run's config was no input of the effect.)
+_AGENTS_BY_DESIGN: dict[str, str] = {}
+_AGENTS_THREAD: dict[str, str] = {}
 BY_DESIGN: dict[tuple[str, str], dict[str, str]] = {
     ("core", "off"): {},
     ("core", "fresh"): _CORE_BY_DESIGN,
@@ -184,6 +171,7 @@ BY_DESIGN: dict[tuple[str, str], dict[str, str]] = {
     ("agents", "off"): {},
     ("agents", "fresh"): _AGENTS_BY_DESIGN,
     ("agents", "thread"): _AGENTS_THREAD,
+    **{(s, m): {} for s in ("supervisor", "swarm") for m in ("off", "fresh", "thread")},
 }
 
 
@@ -273,19 +261,33 @@ def _cap_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
 
-def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> tuple[dict[str, str], int]:
-    """Run one suite in one mode; the outcome of every test (passed / failed / skipped;
-    ``looped`` for the :data:`LOOPS`, deselected)."""
+@dataclass
+class Outcome:
+    """One suite's run in one mode: each test's outcome (passed / failed / skipped;
+    ``looped`` for the :data:`LOOPS`, deselected), pytest's exit code, and the tools the
+    library refused until a declaration (``{"tool", "option", "times"}``)."""
+
+    tests: dict[str, str]
+    code: int
+    declared: list[dict[str, object]]
+    wrapped: int
+
+
+def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> Outcome:
+    """Run one suite in one mode."""
     loops = sorted(LOOPS.get((suite.name, mode), set()))
     extra = [*extra, *(arg for t in loops for arg in ("--deselect", t))]
     extra += [arg for path in suite.ignore for arg in ("--ignore", path)]
     report = root / f"report-{mode}.xml"
     report.unlink(missing_ok=True)  # a run that dies must not be judged by an old report
+    counted = root / f"declared-{mode}.json"
+    counted.unlink(missing_ok=True)
     env = {
         **os.environ,
         # A test that loops under thread scope (a replay where it expected an interrupt)
         # then stops at LangGraph's recursion limit instead of running out of memory.
         "LANGGRAPH_DEFAULT_RECURSION_LIMIT": "100",
+        "IDEMPOTENT_PEER_REPORT": str(counted),
         "PYTHONPATH": os.pathsep.join(
             [str(REPO), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
@@ -311,7 +313,8 @@ def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> tuple[dict[str
                 if "skipped" in kinds
                 else "passed"
             )
-    return outcomes, code
+    plugin = json.loads(counted.read_text()) if counted.exists() else {}
+    return Outcome(outcomes, code, plugin.get("declared", []), plugin.get("wrapped", 0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,17 +336,25 @@ def main(argv: list[str] | None = None) -> int:
         root = fetch(suite, args.cache.resolve())
         for mode in modes:
             chosen = suite if args.wrap is None else dataclasses.replace(suite, wrap=args.wrap)
-            outcomes, code = run(chosen, mode, root, args.pytest_args)
+            result = run(chosen, mode, root, args.pytest_args)
+            outcomes, code = result.tests, result.code
             failed = {t for t, o in outcomes.items() if o in ("failed", "looped")}
             expected = set(BY_DESIGN[(suite.name, mode)])
             known = set(KNOWN_DEFECTS.get((suite.name, mode), {}))
             unwrapped = set(UNWRAPPED_FAILURES.get(suite.name, {}))
             known |= unwrapped
             passed = sum(o == "passed" for o in outcomes.values())
+            needed = sum(int(str(d["times"])) for d in result.declared)
+            wrapper_failures = failed - expected - known
             lines.append(
-                f"{suite.name:8} {mode:6}  {passed}/{len(outcomes)} passed"
+                f"{suite.name:10} {mode:6}  {passed}/{len(outcomes)} passed"
                 f"  ({len(failed & expected)} fail by design)"
+                f"  tools wrapped {result.wrapped}, declarations needed {needed},"
+                f" wrapper failures {len(wrapper_failures)}"
             )
+            for d in result.declared:
+                lines.append(f"  DECLARATION NEEDED {d['tool']} ({d['option']}) x{d['times']}")
+            bad |= needed > 0
             for t in sorted(t for t, o in outcomes.items() if o == "looped"):
                 lines.append(f"  not run (loops by design) {t}")
             for t in sorted(failed & known):
