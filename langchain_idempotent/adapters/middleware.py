@@ -118,6 +118,9 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self.handoff = handoff
         self._known: dict[str, _Known] = {}
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
+        for t in tools:  # the tools given as objects: their classes inferred (and said) now
+            if isinstance(t, BaseTool):
+                engine_for(self.engine, t)
 
     def wrap_tool_call(
         self,
