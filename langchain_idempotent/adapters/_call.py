@@ -245,6 +245,34 @@ class PendingCall:
             "call_id": self.tool_call_id,
         }
 
+    def _previous_kwargs(self) -> dict[str, Any] | None:
+        """What the engine is told of this call under the honoured earlier key format."""
+        previous = self.derived.previous
+        if previous is None:
+            return None
+        told = self._engine_kwargs(None)
+        told.update(fingerprint=previous.fingerprint, meta=previous.meta)
+        return {"key": previous.key, **told}
+
+    def _honouring(self, engine: Engine, action: Callable[[], Any]) -> Callable[[], Any]:
+        """``action``, run once under the call's key in the honoured earlier format too
+        (:data:`~langchain_idempotent.core.keys.HONOURED_VERSION`): a worker of the previous
+        release holds or has answered that key, so an effect it ran (or is running) is
+        replayed (or waited for), and one run here is seen by it. No earlier format: as is."""
+        previous = self._previous_kwargs()
+        if previous is None:
+            return action
+        return lambda: engine.run(action=action, **previous)
+
+    def _ahonouring(
+        self, engine: Engine, action: Callable[[], Awaitable[Any]]
+    ) -> Callable[[], Awaitable[Any]]:
+        """The async twin of :meth:`_honouring`."""
+        previous = self._previous_kwargs()
+        if previous is None:
+            return action
+        return lambda: engine.arun(action=action, **previous)
+
     def run(
         self,
         engine: Engine,
@@ -269,7 +297,8 @@ class PendingCall:
 
         try:
             claimed = _siblings.take(self.sibling(engine), step) if step else None
-            result = engine.run(run.key, action=marked, **self._engine_kwargs(claimed))
+            first = self._honouring(engine, marked)
+            result = engine.run(run.key, action=first, **self._engine_kwargs(claimed))
             while (diverged := run.diverged(result, engine)) is not None:
                 result = engine.run(diverged, action=marked, **self._engine_kwargs(None))
             result = run.value
@@ -304,7 +333,8 @@ class PendingCall:
 
         try:
             claimed = await _siblings.atake(self.sibling(engine), step) if step else None
-            result = await engine.arun(run.key, action=marked, **self._engine_kwargs(claimed))
+            first = self._ahonouring(engine, marked)
+            result = await engine.arun(run.key, action=first, **self._engine_kwargs(claimed))
             while (diverged := run.diverged(result, engine)) is not None:
                 result = await engine.arun(diverged, action=marked, **self._engine_kwargs(None))
             result = run.value

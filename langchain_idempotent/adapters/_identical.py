@@ -73,7 +73,8 @@ def separate(derived: DerivedKey, part: str) -> DerivedKey:
     (``identical_calls="run"``, part ``identical:<k>``) or a call on a time-travel branch
     (``on_fork="run"``, part ``fork:<checkpoint id>``). Fingerprint and meta are kept."""
     digest = hashlib.sha256(f"{derived.key}\x00{part}".encode()).hexdigest()
-    return replace(derived, key=digest)
+    previous = None if derived.previous is None else separate(derived.previous, part)
+    return replace(derived, key=digest, previous=previous)
 
 
 def rejection(tool: str, tool_call_id: str | None, k: int) -> ToolMessage:

@@ -47,6 +47,8 @@ from ._callinfo import CallInfo, KeyFunction, Scope
 from .canonical import CANONICAL_VERSION
 
 __all__ = [
+    "FORMATS",
+    "HONOURED_VERSION",
     "KEY_VERSION",
     "AgentCollisionWarning",
     "DerivedKey",
@@ -75,6 +77,15 @@ TURN_CONFIG_KEY = "idempotency_turn"
 #: reads and could be replayed to a call whose reads differ, so the format changes.
 KEY_VERSION = 4
 
+#: The earlier key format this release still honours, ``None`` when there is none (0.1.0,
+#: the first release, has nothing to honour). The policy (docs/keys.md, "Keys are a
+#: contract"): a release that changes the format bumps :data:`KEY_VERSION`, keeps the
+#: previous format's recipe in :data:`FORMATS` and names it here, so every call also holds
+#: its key under the previous format (:attr:`DerivedKey.previous`) and old and new workers
+#: of a rolling deploy run an effect once; the release after it, one retention window
+#: later, drops the previous recipe.
+HONOURED_VERSION: int | None = None
+
 #: The version part of every key (:data:`CANONICAL_VERSION` and :data:`KEY_VERSION`).
 VERSION = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
 
@@ -94,6 +105,8 @@ class DerivedKey:
     key: str
     fingerprint: str
     meta: Mapping[str, str]
+    #: The same call under :data:`HONOURED_VERSION`'s format, while a release honours one.
+    previous: DerivedKey | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +146,20 @@ def digest(*parts: str | bytes) -> str:
 
 
 def derive_key(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> DerivedKey:
-    """The key, fingerprint and record meta for one call under ``scope``."""
-    key = _key_of(*_key_parts(info, scope, turn_of))
+    """The key, fingerprint and record meta for one call under ``scope``; ``previous``, the
+    same under the honoured earlier format (:data:`HONOURED_VERSION`), if any."""
+    derived = _derive(KEY_VERSION, info, scope, turn_of)
+    if HONOURED_VERSION is None:
+        return derived
+    previous = _derive(HONOURED_VERSION, info, scope, turn_of)
+    return DerivedKey(derived.key, derived.fingerprint, derived.meta, previous)
+
+
+def _derive(
+    version: int, info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf
+) -> DerivedKey:
+    """One call's key under key format ``version`` (a recipe of :data:`FORMATS`)."""
+    key = _key_of(*FORMATS[version](info, scope, turn_of, f"v{CANONICAL_VERSION}.k{version}"))
     fingerprint = digest("fp", info.tool, info.canonical_args, info.canonical_inputs)[:32]
     meta = {
         "namespace": info.namespace,
@@ -144,14 +169,14 @@ def derive_key(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> D
         "graph_path": info.graph_path,
         "agent": info.agent_name or "",
         "parent_call": info.parent_call or "",
-        "key_version": str(KEY_VERSION),
+        "key_version": str(version),
     }
     return DerivedKey(key, fingerprint, meta)
 
 
 def explain(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> KeyExplanation:
     """Which parts made ``info``'s key under ``scope``, in the order they are hashed."""
-    name, named = _key_parts(info, scope, turn_of)
+    name, named = FORMATS[KEY_VERSION](info, scope, turn_of, VERSION)
     key = _key_of(name, named)
     parts = tuple(
         (part, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
@@ -161,10 +186,11 @@ def explain(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> KeyE
 
 
 def _key_parts(
-    info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf
+    info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf, version: str
 ) -> tuple[str, list[tuple[str, str | bytes]]]:
-    """The scope's name and the named parts of the key, in the order they are hashed; the
-    text of an explanation is built from them only when one is asked for."""
+    """Key format 4: the scope's name and the named parts of the key, in the order they are
+    hashed (``version``, its version part, first); the text of an explanation is built from
+    them only when one is asked for."""
     if callable(scope):
         user_key = scope(info)
         if not isinstance(user_key, str) or not user_key:
@@ -173,7 +199,7 @@ def _key_parts(
                 f"got {user_key!r}"
             )
         _check_key_function(info, user_key)
-        return "custom", [("version", VERSION), ("namespace", info.namespace), ("custom", user_key)]
+        return "custom", [("version", version), ("namespace", info.namespace), ("custom", user_key)]
     if info.thread_id is None:
         raise MissingScopeError(
             f"tool {info.tool!r} was called without a thread id, so there is nothing to make "
@@ -183,7 +209,7 @@ def _key_parts(
             f"config={{'configurable': {{'{SCOPE_CONFIG_KEY}': 'order-123'}}}}"
         )
     named: list[tuple[str, str | bytes]] = [
-        ("version", VERSION),
+        ("version", version),
         ("namespace", info.namespace),
         ("scope", scope),
         ("thread_id", info.thread_id),
@@ -217,6 +243,15 @@ def _key_parts(
             ("turn", turn),
         ]
     return scope, named
+
+
+#: A key format's recipe: the scope's name and the named parts, given the version part.
+Recipe = Callable[
+    [CallInfo, "Scope | KeyFunction", TurnOf, str], tuple[str, list[tuple[str, "str | bytes"]]]
+]
+
+#: Key format -> its recipe: today's, and the one :data:`HONOURED_VERSION` names, if any.
+FORMATS: dict[int, Recipe] = {4: _key_parts}
 
 
 def _key_of(scope: str, named: list[tuple[str, str | bytes]]) -> str:
