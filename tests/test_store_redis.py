@@ -333,27 +333,6 @@ async def test_an_async_waiter_is_woken_by_the_completion_message_within_a_few_m
     assert max(latencies) < 0.25, latencies
 
 
-def test_a_release_and_an_operator_delete_wake_waiters_too(
-    redis_store: RedisIdempotencyStore, r: redis.Redis
-) -> None:
-    for action in ("release", "delete"):
-        key = f"k-{action}"
-        c = claim(redis_store, key, "a")
-        waiter = threading.Thread(
-            target=redis_store.watch, args=(key,), kwargs={"fence": c.fence, "timeout": 5.0}
-        )
-        waiter.start()
-        wait_for_subscriber(r, rkey(redis_store, key) + ":done")
-        started = time.monotonic()
-        if action == "release":
-            assert redis_store.release(Held(key, owner="a", fence=c.fence))
-        else:
-            assert redis_store.delete(key)
-        waiter.join(5)
-        assert not waiter.is_alive()
-        assert time.monotonic() - started < 0.25
-
-
 # -- an unreachable server ----------------------------------------------------------------
 
 
