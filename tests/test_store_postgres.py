@@ -36,6 +36,9 @@ class TestPostgresStoreContract(StoreContractTests):
     # in real time, on leases of tens of ms (a round trip here is well under 1 ms).
     short_lease_ms = 60
     expiry_margin_ms = 25
+    # A watch past a lease's deadline: still well under its 5 s timeout (a hang), with room
+    # for a loaded CI machine running the other suites beside this one.
+    late_return_s = 3.0
 
     picklable = True
 
