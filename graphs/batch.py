@@ -53,6 +53,7 @@ from .faults import FaultRates, chance
 from .options import BatchOptions
 from .provider import Invoice, PaymentProvider, ProviderFaults
 from .report import (
+    LEGEND,
     REPRODUCIBILITY,
     ModeResult,
     ledger_figures,
@@ -67,7 +68,15 @@ from .tickets import Ticket, generate_tickets
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
 
-__all__ = ["BatchOptions", "main", "parse_args", "run_batch", "run_mode"]
+__all__ = [
+    "BatchOptions",
+    "LineProgress",
+    "main",
+    "parse_args",
+    "run_batch",
+    "run_mode",
+    "start_line",
+]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> BatchOptions:
@@ -276,9 +285,9 @@ def run_mode(
                 finished = sum(1 for s in shared.status[:] if s != PENDING)
                 if progress is not None and (finished == n or time.monotonic() >= next_note):
                     c = shared.totals()
-                    note = (
+                    note = (  # within 80 columns beside the bar
                         f"paid twice {provider.ledger.duplicate_refunds()} · "
-                        f"workers killed {c['worker_kill']} · retries {c['loop_retries']}"
+                        f"killed {c['worker_kill']} · retries {c['loop_retries']}"
                     )
                     progress.update(task_id, completed=finished, note=note)
                     next_note = time.monotonic() + 0.5
@@ -432,10 +441,71 @@ def _noop() -> None:
     return None
 
 
-def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
-    """Run the selected modes in turn on the same tickets and seeded faults."""
+class LineProgress:
+    """Progress for output that is not a terminal (a CI log, ``| tee``, a file): rich's bar
+    draws nothing there until the end, so this prints one line per tenth of a mode's
+    tickets, and one when it ends, each within 80 columns. The part of rich's ``Progress``
+    that :func:`run_mode` uses: ``add_task``, ``update``, a context manager."""
+
+    def __init__(self, console: Any) -> None:
+        self._console = console
+        self._tasks: dict[int, dict[str, Any]] = {}
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, *, total: int, note: str = "") -> int:
+        task_id = len(self._tasks)
+        self._tasks[task_id] = {
+            "name": description,
+            "total": total,
+            "started": time.monotonic(),
+            "shown": -1,
+            "note": note,
+        }
+        return task_id
+
+    def update(self, task_id: int, *, completed: int, note: str | None = None) -> None:
+        task = self._tasks[task_id]
+        if note is not None:
+            task["note"] = note
+        total = max(1, task["total"])
+        tenth = completed * 10 // total
+        if tenth <= task["shown"]:
+            return
+        task["shown"] = tenth
+        elapsed = time.monotonic() - task["started"]
+        line = (
+            f"{task['name']:>10} {completed:>5}/{task['total']:<5} {completed * 100 // total:>3}%"
+            f" {elapsed:6.1f} s  {task['note']}"
+        )
+        self._console.print(line[:80], highlight=False, markup=False, soft_wrap=True)
+
+
+def _progress(opts: BatchOptions, console: Any) -> Any:
+    """rich's bar on a terminal (80 columns: a short bar, a short note); a line per tenth
+    of each mode elsewhere; ``None`` with ``--no-progress``."""
+    if not opts.progress:
+        return None
+    if console is not None and not console.is_terminal:
+        return LineProgress(console)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    return Progress(
+        TextColumn("[bold]{task.description:>10}"),
+        BarColumn(bar_width=12),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=console,
+    )
+
+
+def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
+    """Run the selected modes in turn on the same tickets and seeded faults."""
     modes = opts.modes
     tickets = generate_tickets(opts.tickets, opts.seed)
     run_id = uuid.uuid4().hex[:10]
@@ -443,18 +513,7 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
     warm = ctx.Process(target=_noop)  # start the fork server before any clock runs
     warm.start()
     warm.join()
-    progress = (
-        None
-        if not opts.progress
-        else Progress(
-            TextColumn("[bold]{task.description:>10}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[note]}"),
-            console=console,
-        )
-    )
+    progress = _progress(opts, console)
     results = []
     with (
         tempfile.TemporaryDirectory(prefix="refund-batch-")
@@ -465,6 +524,33 @@ def run_batch(opts: BatchOptions, console: Any = None) -> list[ModeResult]:
         for mode in modes:
             results.append(run_mode(mode, opts, tickets, Path(base) / mode, run_id, ctx, progress))
     return results
+
+
+#: Seconds per ticket and mode of the default run (1,400 tickets, 4 workers, SQLite) on a
+#: 2-core machine: idle, about 2 minutes for the three modes (issue 40's fresh clone);
+#: busy, 293 s and 382 s (two runs of ``python -m graphs.batch`` at load average 15 and
+#: 18, other jobs running on the machine).
+SECONDS_PER_TICKET = (0.025, 0.09)
+
+
+def start_line(opts: BatchOptions) -> str:
+    """What the run is about to do, and about how long it takes (the default run's rates
+    on an idle and a busy 2-core machine; the pipeline, four agents a ticket, is slower)."""
+    work = opts.tickets * len(opts.modes) * (4 if opts.pipeline else 1)
+    low, high = (work * rate for rate in SECONDS_PER_TICKET)
+    about = (
+        f"about {low / 60:.0f}-{high / 60:.0f} min"
+        if low >= 90
+        else f"about {low:.0f}-{high:.0f} s"
+        if high >= 10
+        else "a few seconds"
+    )
+    what = "Refund pipeline" if opts.pipeline else "Refund batch"
+    return (
+        f"{what} of {opts.tickets:,} tickets, {opts.workers} workers, modes "
+        f"{', '.join(opts.modes)}\nin turn: {about} on 2 cores (idle to busy); progress "
+        "below, then the table"
+    )
 
 
 def _config(opts: BatchOptions) -> dict[str, Any]:
@@ -478,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     opts = parse_args(argv)
     console = Console()
+    console.print(start_line(opts), highlight=False)
     results = run_batch(opts, console)
     what = (
         "Refund pipeline (supervisor → triage → billing → notifications)"
@@ -491,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render_table(results, title))
     for line in worst_customers(results):
         console.print(line, highlight=False)
+    console.print(LEGEND, highlight=False, markup=False)
     console.print(REPRODUCIBILITY, highlight=False)
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

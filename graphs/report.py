@@ -18,6 +18,7 @@ from typing import Any
 from .tickets import Ticket, dollars
 
 __all__ = [
+    "LEGEND",
     "REPRODUCIBILITY",
     "LedgerFigures",
     "ModeResult",
@@ -204,6 +205,33 @@ def render_table(results: Sequence[ModeResult], title: str) -> Any:
         table.add_row(f"fault: {label}", *[str(r.faults.get(key, 0)) for r in results])
     return table
 
+
+#: Printed under the table: what each column and the less obvious rows mean (80 columns).
+LEGEND = """\
+Columns: the protection modes, run in turn on the same tickets and faults.
+  none        plain tools: nothing stops a retried or repeated refund
+  reference   the recipe users start from (graphs/reference.py): GET the key,
+              SET a lock NX with a TTL, run, store the result, DEL the lock
+  idempotent  the tools wrapped with langchain_idempotent.idempotent()
+Rows:
+  tool calls replayed     a retry answered from the stored result, tool not run
+  replayed by provider    a POST the provider matched to its Idempotency-Key
+  waits                   a duplicate call waited for the worker running it
+  takeovers               a worker took over a call whose lease had expired
+                          (its worker died or stalled)
+  free retries            takeovers of an attempt that died before its POST:
+                          run again, nothing to ask
+  kept uncertain          an error after the POST began (lost response, 502):
+                          the retry asks the provider before sending again
+  reconciled found /      the answer to GET /refunds?idempotency_key=K:
+    not found             found: its refund is the result, not sent again;
+                          not found: the call runs again with the same key
+  re-sent                 refunds POSTed again after "not found"
+  lock contention         the reference's RuntimeError: another worker holds
+                          the lock (the worker loop retries later)
+  worker-loop retries     the batch loop's retries, with backoff, after an error
+  -                       the mode cannot tell\
+"""
 
 #: Printed under the table: what a seed fixes and what it cannot (two runs of
 #: ``python -m graphs.batch --seed 7 -n 300`` gave 29 and 28 duplicate refunds unprotected).

@@ -9,7 +9,8 @@ Wrap a tool with :func:`idempotent` and every call made inside a graph runs at m
 per idempotency key (thread, graph path, node, tool and canonical arguments) while leases
 are honoured; retries, resumed threads and concurrent workers replay the stored result.
 
-Every public name is listed once, in ``_EXPORTS`` below, and imported on first use, so
+``__version__`` is the installed distribution's version, read from its metadata on first
+use. Every public name is listed once, in ``_EXPORTS`` below, and imported on first use, so
 ``import langchain_idempotent`` (and the CLI's ``--help``) loads neither LangChain,
 LangGraph, redis-py nor psycopg. A name whose optional dependency is missing raises an
 ImportError naming the extra to install (``agents`` for :class:`IdempotencyMiddleware`,
@@ -18,7 +19,7 @@ ImportError naming the extra to install (``agents`` for :class:`IdempotencyMiddl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._lazy import exports
 
@@ -62,7 +63,24 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = list(_EXPORTS)
 
-__getattr__, __dir__ = exports(__name__, _EXPORTS)
+_load, __dir__ = exports(__name__, _EXPORTS)
+
+#: The installed distribution's version (``importlib.metadata``), read on first use: the
+#: bare annotation binds nothing, so the first access goes through ``__getattr__``.
+__version__: str
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read from the installed metadata on first use, then kept
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("langchain-idempotent")
+        except PackageNotFoundError:  # a checkout on sys.path that was never installed
+            value = "0+unknown"
+        globals()["__version__"] = value
+        return value
+    return _load(name)
 
 
 if TYPE_CHECKING:

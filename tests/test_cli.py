@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -369,6 +370,37 @@ def test_delete_of_an_absent_key_exits_1(
     code, _, err = run(capsys, "delete", "nope", "--yes", "--url", backend.url)
     assert code == 1
     assert "no record under key 'nope'" in err
+
+
+def test_delete_takes_the_key_prefix_show_takes_and_deletes_that_record_only(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend.completed("refund-a1b2c3d4", 1, thread="t1")
+    backend.completed("refund-ffff0000", 2, thread="t1")
+    code, out, _ = run(capsys, "show", "refund-a1", "--url", backend.url)
+    assert code == 0 and "refund-a1b2c3d4" in out
+    code, out, _ = run(capsys, "delete", "refund-a1", "--yes", "--url", backend.url)
+    assert code == 0 and "deleted record refund-a1b2c3d4" in out
+    assert backend.store.get("refund-a1b2c3d4") is None
+    assert backend.store.get("refund-ffff0000") is not None
+    # A prefix of two keys deletes neither and names both.
+    backend.completed("refund-a1b2eeee", 3, thread="t1")
+    backend.completed("refund-a1b2ffff", 4, thread="t1")
+    code, _, err = run(capsys, "delete", "refund-a1b2", "--yes", "--url", backend.url)
+    assert code == 1 and "2 records have keys starting 'refund-a1b2'" in err
+    assert "refund-a1b2eeee" in err and "give more of the key" in err
+    assert backend.store.get("refund-a1b2eeee") is not None
+
+
+def test_a_key_no_record_has_says_what_was_looked_for_and_how_to_list_them(
+    backend: Backend, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend.completed("other", 1, thread="t1")
+    for command in (["show", "nope"], ["delete", "nope", "--yes"]):
+        code, _, err = run(capsys, *command, "--url", backend.url)
+        assert code == 1
+        assert "nor one whose key starts with it" in err, err
+        assert f"`{shlex.join(['langchain-idempotent', 'ls', '--url', backend.url])}`" in err
 
 
 # -- purge --------------------------------------------------------------------------------

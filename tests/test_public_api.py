@@ -128,6 +128,7 @@ FOREIGN_MODULES = [
     "langchain_core.tools",
     "langgraph.errors",
     "langgraph.prebuilt",
+    "langgraph.graph",
     "langgraph.types",
     "langgraph.checkpoint.memory",
     "langchain.agents.middleware.human_in_the_loop",
@@ -153,6 +154,7 @@ FOREIGN_MODULES = [
     "mcp.server.mcpserver",  # ... renamed MCPServer in mcp 2: whichever is installed
     "mcp.server.lowlevel",
     "fastmcp",
+    "langchain_mcp_adapters.client",  # MultiServerMCPClient (docs/mcp.md, the hints)
     "langchain_idempotent.integrations.remote",
     "langgraph.pregel.remote",
     "langchain_idempotent.core.engine",
@@ -160,6 +162,13 @@ FOREIGN_MODULES = [
     "langchain_idempotent.settings",
     "langchain_idempotent.errors",
     "langchain_idempotent.adapters.approval",
+    # LangGraph's node cache and SQLite checkpointer (docs/compared.md)
+    "langgraph.cache.base",
+    "langgraph.cache.redis",
+    "langgraph.checkpoint.sqlite",
+    # the store authors' values and OpenTelemetry (docs/development.md, "Importable paths")
+    "langchain_idempotent.core.record",
+    "langchain_idempotent.integrations.otel",
 ]
 
 
@@ -185,6 +194,9 @@ EXAMPLE_NAMES = {"Bar", "Document", "Label", "Point", "Refund", "ClaimRequest"}
 #: A peer test's own context class (docs/peer-suites.md), and mcp 2's answer to a call that
 #: asks for input (docs/mcp.md: absent from the mcp 1 set this environment may hold).
 EXAMPLE_NAMES |= {"CustomContext", "InputRequiredResult"}
+#: Other projects' names on docs/compared.md whose packages are not installed here
+#: (Powertools for AWS Lambda, CTRLRun).
+EXAMPLE_NAMES |= {"IdempotencyAlreadyInProgressError", "IdempotencyConfig", "NotExecuted"}
 
 
 def _example_names() -> set[str]:

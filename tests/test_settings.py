@@ -25,7 +25,7 @@ def ping(x: int) -> int:
 
 def test_policy_defaults_are_production_defaults() -> None:
     p = Policy()
-    assert p.lease_s == 30 and p.ttl_s == 86400 and p.wait_timeout_s == 60
+    assert p.lease_s == 2 and p.ttl_s == 86400 and p.wait_timeout_s == 60
     assert p.fail_open is False and p.scope == "thread"
     # on_expired and approval are left None (not given): an effect class's preset fills
     # them, else the defaults a call uses, "takeover" and no approval.
@@ -64,12 +64,12 @@ def test_an_unknown_option_to_idempotent_is_named() -> None:
 
 def test_a_ttl_shorter_than_the_lease_names_both_options_and_the_fix() -> None:
     with pytest.raises(ValueError) as raised:
-        idempotent(ping, store=InMemoryIdempotencyStore(), ttl=2)
+        idempotent(ping, store=InMemoryIdempotencyStore(), ttl=1)
     message = str(raised.value)
-    assert "ttl (2s) must be at least the lease (30s)" in message
+    assert "ttl (1s) must be at least the lease (2s)" in message
     assert "ttl=" in message and "lease=" in message
     # Following the advice works.
-    assert idempotent(ping, store=InMemoryIdempotencyStore(), ttl=2, lease=1).policy.ttl_s == 2
+    assert idempotent(ping, store=InMemoryIdempotencyStore(), ttl=1, lease=1).policy.ttl_s == 1
 
 
 def test_policy_options_are_the_fields_of_the_policy_with_the_same_types() -> None:
@@ -128,6 +128,8 @@ def test_every_string_option_has_its_environment_variable() -> None:
         "identical_calls",
         "on_fork",
         "interrupt_mode",
+        "approval_ttl",
+        "authorize",
         "key_state",
         "key_exclude",
         "encryption",  # IDEMPOTENCY_ENCRYPTION_KEYS, parsed by ResultEncryption.from_env

@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from operator import attrgetter
@@ -60,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 
+from ..core._reconciling import _run_awaitable
 from ..core.record import ClaimOutcome, Record
 from ..core.store import ClaimRequest, CompleteRequest
 from ..errors import IdempotencyError
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Free",
     "Hold",
+    "Hook",
     "NotInGraphError",
     "Op",
     "Steps",
@@ -163,15 +166,27 @@ class StoreOp(Enum):
     DELETE = (attrgetter("delete"), attrgetter("adelete"))
     CLAIM = (attrgetter("claim"), attrgetter("aclaim"))
     COMPLETE = (attrgetter("complete"), attrgetter("acomplete"))
+    NOW = (attrgetter("now_ms"), attrgetter("anow_ms"))
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
     """Run ``store.<op>(arg)``; reply: its result. ``arg`` is what the operation takes: a
-    key (get, delete), a :class:`ClaimRequest` or a :class:`CompleteRequest`."""
+    key (get, delete), a :class:`ClaimRequest` or a :class:`CompleteRequest`; ``None``
+    for the store's clock (``NOW``)."""
 
     op: StoreOp
-    arg: str | ClaimRequest | CompleteRequest
+    arg: str | ClaimRequest | CompleteRequest | None
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """Call the user's ``fn(*args)`` (sync or async); reply: what it returned (its
+    exception is raised inside the flow). The sync driver runs an async hook to completion
+    on a private loop, the async driver runs a sync one in a worker thread."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +220,7 @@ class Wake(_OnTask):
     __slots__ = ()
 
 
-Step = Op | Hold | Free | Wait | Wake
+Step = Op | Hook | Hold | Free | Wait | Wake
 Steps = Generator[Step, Any, Any]
 
 
@@ -225,7 +240,12 @@ def drive(steps: Steps, store: BaseIdempotencyStore) -> Any:
             reply, error = None, None
             try:
                 if isinstance(step, Op):
-                    reply = step.op.value[0](store)(step.arg)
+                    method = step.op.value[0](store)
+                    reply = method() if step.arg is None else method(step.arg)
+                elif isinstance(step, Hook):
+                    reply = step.fn(*step.args)
+                    if inspect.isawaitable(reply):
+                        reply = _run_awaitable(reply)
                 elif isinstance(step, Hold):
                     step.task.cond.acquire()
                     held = step.task.cond
@@ -260,7 +280,11 @@ async def adrive(steps: Steps, store: BaseIdempotencyStore) -> Any:
             reply, error = None, None
             try:
                 if isinstance(step, Op):
-                    reply = await step.op.value[1](store)(step.arg)
+                    method = step.op.value[1](store)
+                    reply = await (method() if step.arg is None else method(step.arg))
+                    continue
+                if isinstance(step, Hook):
+                    reply = await _ahook(step)
                     continue
                 cond = step.task.acond
                 if cond is None:
@@ -282,6 +306,13 @@ async def adrive(steps: Steps, store: BaseIdempotencyStore) -> Any:
         if held is not None:
             held.notify_all()
             held.release()
+
+
+async def _ahook(step: Hook) -> Any:
+    if inspect.iscoroutinefunction(step.fn):
+        return await step.fn(*step.args)
+    reply = await asyncio.to_thread(step.fn, *step.args)  # it may block on I/O
+    return (await reply) if inspect.isawaitable(reply) else reply
 
 
 # -- the turns -----------------------------------------------------------------------------

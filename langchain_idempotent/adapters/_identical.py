@@ -23,26 +23,45 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from .keys import DerivedKey
 
-__all__ = ["IdenticalCalls", "position", "rejection", "separate"]
+__all__ = ["IdenticalCalls", "has_twin", "position", "rejection", "separate"]
 
 #: What ``identical_calls=`` accepts.
 IdenticalCalls = Literal["share", "run", "reject"]
 
 
-def position(messages: Any, tool_call_id: str, tool: str, args: Any) -> int:
-    """How many identical calls come before this one in its batch (0: the first, or no
-    batch to look at)."""
-    if not isinstance(messages, list):
-        return 0
+def _batch(messages: Any, tool_call_id: str | None) -> tuple[list[Any], int] | None:
+    """The tool calls of the last ``AIMessage`` that holds ``tool_call_id``, and its index."""
+    if tool_call_id is None or not isinstance(messages, list):
+        return None
     for message in reversed(messages):
         if not isinstance(message, AIMessage):
             continue
         ids = [tc.get("id") for tc in message.tool_calls]
-        if tool_call_id not in ids:
-            continue
-        before = message.tool_calls[: ids.index(tool_call_id)]
-        return sum(1 for tc in before if tc["name"] == tool and _same(tc["args"], args))
-    return 0
+        if tool_call_id in ids:
+            return message.tool_calls, ids.index(tool_call_id)
+    return None
+
+
+def position(messages: Any, tool_call_id: str, tool: str, args: Any) -> int:
+    """How many identical calls come before this one in its batch (0: the first, or no
+    batch to look at)."""
+    found = _batch(messages, tool_call_id)
+    if found is None:
+        return 0
+    calls, index = found
+    return sum(1 for tc in calls[:index] if tc["name"] == tool and _same(tc["args"], args))
+
+
+def has_twin(messages: Any, tool_call_id: str | None) -> bool:
+    """Whether the batch of call ``tool_call_id`` holds another call identical to it (a
+    *twin*: under ``"share"`` they share one effect, but each is its own call to answer)."""
+    found = _batch(messages, tool_call_id)
+    if found is None:
+        return False
+    calls, index = found
+    me = calls[index]
+    others = calls[:index] + calls[index + 1 :]
+    return any(tc["name"] == me["name"] and _same(tc["args"], me["args"]) for tc in others)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -33,6 +33,18 @@ until the lease expires: the claim is released (nothing ran) — or, for a takeo
 abandoned with the takeover's reason, so the next claimant is still told the previous run's
 outcome is unknown — and a late sibling claims for itself.
 
+A crash never strands a sibling that had not started. The leader knows which calls of the
+step have reached their adapter (they *arrived*: their tool is starting). Those are claimed
+with their own request. Each other sibling is claimed *before the boundary*
+(``boundary=True``: its attempt starts as one that never reached its effect, whatever its
+tool declares), and when it comes for a claim that runs it, it first records that it
+started (the store's :meth:`~langchain_idempotent.core.store.BaseIdempotencyStore.mark_effect`,
+one write, what its own claim would have cost) unless its tool marks its own boundary. If
+the worker dies first, the next claim of that sibling is a free retry (``RETRY``): no
+reconcile, no ``takeover=True``, never ``OutcomeUnknownError``. A replay or a busy key
+needs no mark, so a step run again is still answered in one round trip. A store without
+``mark_effect`` claims only the calls that arrived.
+
 Nothing changes for a single call, for calls under approval (each is asked about before
 its claim) or outside a graph (no message to find siblings in).
 """
@@ -116,10 +128,12 @@ _Entry = tuple[ClaimRequest, Claim]
 class _Batch:
     """One step's batch: filled once by its leader, emptied by its siblings."""
 
-    __slots__ = ("claims", "deadline", "failed", "future", "ready", "store", "timer")
+    __slots__ = ("arrived", "claims", "deadline", "failed", "future", "ready", "store", "timer")
 
     def __init__(self, store: BaseIdempotencyStore) -> None:
         self.store = store
+        #: The ids of the calls that reached their adapter (their tools are starting).
+        self.arrived: set[str] = set()
         self.ready = threading.Event()
         self.future: asyncio.Future[None] | None = None
         self.claims: dict[str, deque[_Entry]] = {}
@@ -217,10 +231,12 @@ def _join(me: Sibling, step: StepCalls) -> tuple[_Batch, bool] | None:
         for old in [i for i, s in _batches.items() if s.deadline <= now]:
             del _batches[old]  # failed steps whose window passed
         batch = _batches.get(ident)
-        if batch is not None and batch.store is store:
-            return batch, False
-        batch = _batches[ident] = _Batch(store)
-    return batch, True
+        leader = batch is None or batch.store is not store
+        if leader:
+            batch = _batches[ident] = _Batch(store)
+        assert batch is not None
+        batch.arrived.add(me.call_id)
+    return batch, leader
 
 
 def _window(engine: Engine) -> float:
@@ -228,13 +244,17 @@ def _window(engine: Engine) -> float:
     return policy.lease_s * min(policy.renew_fraction, 1 - policy.renew_fraction)
 
 
-def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
+def _requests(me: Sibling, step: StepCalls, batch: _Batch) -> tuple[list[ClaimRequest], float]:
     """The leader's claims, in the message's order: its own request and every other
-    call's on the same store that claims (not under approval); and the pickup window (the
-    shortest of their engines')."""
+    call's on the same store that claims (not under approval) — a call that has not
+    arrived claimed before its boundary (see the module; left out on a store that
+    cannot mark) — and the pickup window (the shortest of their engines')."""
     store = me.engine.store
     calls = {s.call_id: s for s in step.siblings()}
     calls[me.call_id] = me
+    with _lock:  # read after deriving the siblings: the calls that arrived meanwhile count
+        arrived = set(batch.arrived)
+    marks = type(store).mark_effect is not BaseIdempotencyStore.mark_effect
     requests: list[ClaimRequest] = []
     window = float("inf")
     for call_id in dict.fromkeys(step.ids):
@@ -246,7 +266,12 @@ def _requests(me: Sibling, step: StepCalls) -> tuple[list[ClaimRequest], float]:
             or sibling.engine.policy.approval
         ):
             continue
-        requests.append(sibling.request)
+        request = sibling.request
+        if call_id not in arrived and not request.boundary:
+            if not marks:
+                continue
+            request = dataclasses.replace(request, boundary=True)
+        requests.append(request)
         window = min(window, _window(sibling.engine))
     return requests, window
 
@@ -255,7 +280,7 @@ def _plan(me: Sibling, step: StepCalls, batch: _Batch) -> tuple[list[ClaimReques
     """The leader's claims and pickup window, or ``None`` (the batch failed: fewer than two
     calls to claim, or a sibling's key could not be derived — that sibling will say why)."""
     try:
-        requests, window = _requests(me, step)
+        requests, window = _requests(me, step, batch)
     except Exception:
         log.debug("batch: a sibling's key could not be derived; no batch", exc_info=True)
         requests, window = [], 0.0
@@ -274,18 +299,62 @@ def _failed(me: Sibling, batch: _Batch, exc: BaseException) -> None:
     log.debug("batch: claim_many failed (%s); each call claims on its own", exc)
 
 
-def _handed(batch: _Batch, mine: ClaimRequest) -> tuple[Claimed | None, _Entry | None]:
+def _handed(batch: _Batch, mine: ClaimRequest) -> tuple[Claimed | None, _Entry | None, Held | None]:
     """This call's claim from the batch, if it was made with a request equal to ``mine``
-    (owner token aside); else ``None`` and the claim to give back (made under another
-    policy: the call claims on its own, under its own)."""
+    (owner token aside, and ``boundary`` where it was claimed before its boundary); else
+    ``None`` and the claim to give back (made under another policy: the call claims on its
+    own, under its own). Third: the lease to mark as started before the call runs (a claim
+    made before the boundary that runs a tool which marks none itself), else ``None``."""
     entry = batch.pop(mine)
     if entry is None:
-        return None, None
+        return None, None, None
     request, claim = entry
-    if request != dataclasses.replace(mine, owner=request.owner):
+    if request != dataclasses.replace(mine, owner=request.owner, boundary=request.boundary) or (
+        mine.boundary and not request.boundary
+    ):
         log.debug("batch: %r was claimed under another policy; it claims on its own", mine.key)
-        return None, entry
-    return Claimed(request, claim), None
+        return None, entry, None
+    start = None
+    if request.boundary and not mine.boundary and claim.outcome.runs:
+        start = Held(request.key, request.owner, claim.fence)
+    # The engine claims again (after a busy key) with the call's own request.
+    return Claimed(dataclasses.replace(request, boundary=mine.boundary), claim), None, start
+
+
+def _started(
+    store: BaseIdempotencyStore, claimed: Claimed | None, start: Held | None
+) -> Claimed | None:
+    """``claimed`` once its start is recorded (``start``), or ``None`` (the call claims on
+    its own) when the lease is gone or the store refused: running without the mark would
+    make a crash look like one before the call started."""
+    if start is None:
+        return claimed
+    try:
+        if store.mark_effect(start):
+            return claimed
+    except IdempotencyError:
+        log.debug("batch: the start of %r could not be recorded; it claims on its own", start.key)
+        _release_quietly(store, start)
+    return None
+
+
+async def _astarted(
+    store: BaseIdempotencyStore, claimed: Claimed | None, start: Held | None
+) -> Claimed | None:
+    if start is None:
+        return claimed
+    try:
+        if await store.amark_effect(start):
+            return claimed
+    except IdempotencyError:
+        log.debug("batch: the start of %r could not be recorded; it claims on its own", start.key)
+        await asyncio.to_thread(_release_quietly, store, start)
+    return None
+
+
+def _release_quietly(store: BaseIdempotencyStore, held: Held) -> None:
+    with contextlib.suppress(IdempotencyError):
+        store.release(held)
 
 
 def _give_back_quietly(store: BaseIdempotencyStore, entry: _Entry | None) -> None:
@@ -317,9 +386,9 @@ def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
     elif not batch.ready.wait(timeout=me.engine.policy.lease_s):
         return None
     assert me.request is not None  # _join refuses a call that claims nothing
-    claimed, other = _handed(batch, me.request)
+    claimed, other, start = _handed(batch, me.request)
     _give_back_quietly(batch.store, other)
-    return claimed
+    return _started(batch.store, claimed, start)
 
 
 async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
@@ -333,6 +402,7 @@ async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
     batch, leader = joined
     if leader:
         batch.future = asyncio.get_running_loop().create_future()
+        await asyncio.sleep(0)  # the step's other calls, gathered with this one, arrive
         plan = _plan(me, step, batch)
         if plan is None:
             return None
@@ -354,7 +424,7 @@ async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
         if not batch.ready.is_set():
             return None
     assert me.request is not None
-    claimed, other = _handed(batch, me.request)
+    claimed, other, start = _handed(batch, me.request)
     if other is not None:
         await asyncio.to_thread(_give_back_quietly, batch.store, other)
-    return claimed
+    return await _astarted(batch.store, claimed, start)

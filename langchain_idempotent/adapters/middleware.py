@@ -33,6 +33,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
+from pydantic import ConfigDict
 
 from ..core.context import passthrough
 from ..core.engine import Engine
@@ -42,6 +43,8 @@ from ..core.store import BaseIdempotencyStore
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._compat import InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
+from ._hints import engine_for
+from ._identical import has_twin
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
 from .keys import (
@@ -122,7 +125,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         watch_calling_tools()  # a sub-agent run from an unwrapped tool knows its caller
         for t in tools:  # the tools given as objects: refused now, not at their first call
             if isinstance(t, BaseTool):
-                policy_of = self.engine.for_tool(t.name).policy
+                policy_of = engine_for(self.engine, t).policy
                 if self._handoff_of(t) != "rerun" and policy_of.effect_class != "read":
                     check_key_state(
                         t.name,
@@ -151,6 +154,8 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
         step = self._step(request, config, engine, pending)
+        if _twinned(request, engine):  # the effect is claimed where the tool runs
+            return handler(_AtTheTool.over(request, self, pending, engine, config, step, handoff))
 
         def action() -> Any:
             return _kept(unmemoized_if_error(handler(request)), handoff, pending)
@@ -177,11 +182,14 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if verdict.rejection is not None:
             return verdict.rejection
         request, pending = _edited(request, verdict), verdict.pending
+        step = self._step(request, config, engine, pending)
+        if _twinned(request, engine):
+            at_tool = _AtTheTool.over(request, self, pending, engine, config, step, handoff)
+            return await handler(at_tool)
 
         async def action() -> Any:
             return _kept(unmemoized_if_error(await handler(request)), handoff, pending)
 
-        step = self._step(request, config, engine, pending)
         result = await pending.arun(engine, action, config, step)
         return _as_message(result, request, pending) if pending.replayed else result
 
@@ -215,7 +223,10 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     def _engine(self, request: ToolCallRequest) -> Engine | None:
         """The engine of a tool this middleware wraps (its effect class applied)."""
         name = request.tool_call["name"]
-        return self.engine.for_tool(name) if name in self.tool_names else None
+        if name not in self.tool_names:
+            return None
+        tool = request.tool
+        return self.engine.for_tool(name) if tool is None else engine_for(self.engine, tool)
 
     def _step(
         self, request: ToolCallRequest, config: RunnableConfig, engine: Engine, pending: PendingCall
@@ -252,7 +263,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         call = request.tool_call
         if call["name"] not in self.tool_names or request.tool is None:
             return None
-        policy = self.engine.for_tool(call["name"]).policy
+        policy = engine_for(self.engine, request.tool).policy
         if policy.scope == "turn" and not _nested(config):  # nested: the outermost turn
             turn = _turn_from_state(request.state)
             if turn is not None:
@@ -271,6 +282,92 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             params=self._known_of(request.tool).params,
             state=request.state,
         )
+
+
+def _twinned(request: ToolCallRequest, engine: Engine) -> bool:
+    """Whether the call has an identical twin in its message that shares its effect."""
+    return (
+        engine.policy.identical_calls == "share"
+        and request.tool is not None
+        and has_twin(_messages(request.state), request.tool_call.get("id"))
+    )
+
+
+class _AtTheTool(BaseTool):
+    """A twin's tool, its effect claimed where the tool runs, inside every middleware
+    after this one: what those decide stays per call. Identical calls of one message
+    share one effect, but a middleware inside ours (LangChain's per-call
+    ``HumanInTheLoopMiddleware``) may reject one twin and approve the other; claimed
+    around the handler, the rejected twin would wait for the approved one's effect and
+    be answered with its success."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    inner: BaseTool
+    run_effect: Callable[[Any, Callable[[], Any]], Any]
+    arun_effect: Callable[[Any, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+
+    @classmethod
+    def over(
+        cls,
+        request: ToolCallRequest,
+        middleware: IdempotencyMiddleware,
+        pending: PendingCall,
+        engine: Engine,
+        config: RunnableConfig,
+        step: StepCalls | None,
+        handoff: Handoff | None,
+    ) -> ToolCallRequest:
+        """``request`` with its tool replaced by one that claims the effect."""
+        tool = request.tool
+        assert tool is not None
+
+        def call_of(tool_input: Any) -> tuple[PendingCall, StepCalls | None, ToolCallRequest]:
+            """The call as it reaches the tool (a middleware inside may have edited it)."""
+            args = tool_input.get("args") if isinstance(tool_input, Mapping) else None
+            if args is None or args == request.tool_call["args"]:
+                return pending, step, request
+            edited = request.override(tool_call={**request.tool_call, "args": dict(args)})
+            return middleware._pending(edited, config) or pending, None, edited
+
+        def run_effect(tool_input: Any, run: Callable[[], Any]) -> Any:
+            mine, batch, req = call_of(tool_input)
+            result = mine.run(
+                engine,
+                lambda: _kept(unmemoized_if_error(run()), handoff, mine),
+                config,
+                batch,
+            )
+            return _as_message(result, req, mine) if mine.replayed else result
+
+        async def arun_effect(tool_input: Any, run: Callable[[], Awaitable[Any]]) -> Any:
+            mine, batch, req = call_of(tool_input)
+
+            async def action() -> Any:
+                return _kept(unmemoized_if_error(await run()), handoff, mine)
+
+            result = await mine.arun(engine, action, config, batch)
+            return _as_message(result, req, mine) if mine.replayed else result
+
+        at_tool = cls(
+            name=tool.name,
+            description=tool.description,
+            args_schema=tool.args_schema,
+            response_format=tool.response_format,
+            inner=tool,
+            run_effect=run_effect,
+            arun_effect=arun_effect,
+        )
+        return request.override(tool=at_tool)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.run_effect(input, lambda: self.inner.invoke(input, config, **kwargs))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self.arun_effect(input, lambda: self.inner.ainvoke(input, config, **kwargs))
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # invoke is the one way in
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)

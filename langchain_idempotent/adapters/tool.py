@@ -30,7 +30,6 @@ from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackMan
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig, ensure_config, patch_config
 from langchain_core.tools import BaseTool
-from langchain_core.tools import tool as as_tool
 from pydantic import (
     ConfigDict,
     Field,
@@ -53,7 +52,9 @@ from ._compat import (
     injected_params,
     to_args_and_kwargs,
 )
+from ._functions import FunctionCall, tool_from_function
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
+from ._hints import engine_for
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
 from .approval import Verdict, adecide, decide
@@ -65,7 +66,7 @@ from .keys import (
     watch_calling_tools,
 )
 
-__all__ = ["IdempotentTool", "idempotent"]
+__all__ = ["IdempotentFunction", "IdempotentTool", "idempotent"]
 
 #: The call between ``invoke`` (which derives the key) and ``_run`` (which runs it):
 #: ``BaseTool.run`` does not pass the original input on.
@@ -487,6 +488,38 @@ def _child_config(
     return child
 
 
+class IdempotentFunction(IdempotentTool):
+    """An :class:`IdempotentTool` made from a plain function, and still callable as it.
+
+    ``refund("INV-7", amount=140)`` called from a graph node runs at most once per key, as
+    a tool call does: the key is derived from the config LangGraph runs the node with (its
+    thread, graph path and node), this tool's name and the arguments. Outside a graph it
+    needs a scope as ``invoke`` does (``idempotency_scope(...)``, else
+    ``MissingScopeError``). A ``RunnableConfig`` argument passed by the caller is the run's
+    config; the arguments are validated through the tool's schema. Calling the wrapper of
+    an ``async def`` returns an awaitable.
+    """
+
+    if TYPE_CHECKING:
+        _call: FunctionCall
+
+    def __init__(self, inner: BaseTool, **kwargs: Any) -> None:
+        super().__init__(inner, **kwargs)
+        fn = self.func or self.coroutine
+        assert fn is not None  # built by tool_from_function
+        self._call = FunctionCall.of(fn, self.name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tool_input, config = self._call.tool_input(args, kwargs)
+        if self.func is None:  # an async def: an awaitable, as calling it gives
+            return self.ainvoke(tool_input, config)
+        return self.invoke(tool_input, config)
+
+
+#: What ``idempotent(store=...)`` returns: a decorator, on a function or above ``@tool``.
+_Decorator = Callable[[BaseTool | Callable[..., Any]], IdempotentTool]
+
+
 @overload
 def idempotent(
     tool_or_tools: BaseTool | Callable[..., Any],
@@ -511,15 +544,29 @@ def idempotent(
 ) -> list[IdempotentTool]: ...
 
 
+@overload
 def idempotent(
-    tool_or_tools: BaseTool | Callable[..., Any] | Sequence[BaseTool | Callable[..., Any]],
+    *,
+    store: BaseIdempotencyStore,
+    policy: Policy | None = None,
+    on_event: EventHook | None = None,
+    handoff: Handoff | None = None,
+    **options: Unpack[PolicyOptions],
+) -> _Decorator: ...
+
+
+def idempotent(
+    tool_or_tools: BaseTool
+    | Callable[..., Any]
+    | Sequence[BaseTool | Callable[..., Any]]
+    | None = None,
     store: BaseIdempotencyStore | None = None,
     *,
     policy: Policy | None = None,
     on_event: EventHook | None = None,
     handoff: Handoff | None = None,
     **options: Unpack[PolicyOptions],
-) -> IdempotentTool | list[IdempotentTool]:
+) -> IdempotentTool | list[IdempotentTool] | _Decorator:
     """Wrap a tool (or a list of tools) so each call runs at most once per key.
 
     ``store`` is required: where leases and results live
@@ -531,6 +578,11 @@ def idempotent(
     ``fail_open``, ``terminal_exceptions``, ``allowed_types``, ``namespace``, ``scope``,
     ``approval``, ``reconcile``, ...) and win over ``policy``; an unknown name is a
     ``TypeError``. Nothing is read from the environment here.
+
+    A plain function becomes the tool ``model.bind_tools([fn])`` describes (its Google
+    docstring's summary and ``Args:``; see :mod:`langchain_idempotent.adapters._functions`)
+    and stays callable as the function (:class:`IdempotentFunction`). Without a tool,
+    ``idempotent(store=..., **options)`` is a decorator, above ``@tool`` or on a function.
 
     ``approval=True`` (or a predicate of the call, e.g. ``lambda call:
     call.args["amount"] > 500``) asks a human through LangGraph's ``interrupt()`` before
@@ -544,20 +596,35 @@ def idempotent(
     ``handoff="replay"`` (memoize a Command that carries only its own answer) says what
     its replay means (see :mod:`langchain_idempotent.adapters._handoff`).
     """
+    if isinstance(tool_or_tools, BaseIdempotencyStore):
+        raise TypeError(
+            "idempotent() got a store where the tool goes: as a decorator, pass the store "
+            "by keyword, @idempotent(store=...)"
+        )
     engine = build_engine(
         store, policy=policy, options=options, on_event=on_event, who="idempotent()"
     )
+    if tool_or_tools is None:
+        return lambda t: _wrap_all(t, engine, handoff)  # type: ignore[return-value]
+    return _wrap_all(tool_or_tools, engine, handoff)
 
+
+def _wrap_all(
+    tool_or_tools: BaseTool | Callable[..., Any] | Sequence[BaseTool | Callable[..., Any]],
+    engine: Engine,
+    handoff: Handoff | None,
+) -> IdempotentTool | list[IdempotentTool]:
     single = isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools)
 
     def wrap(t: BaseTool | Callable[..., Any], handoff: Handoff | None) -> IdempotentTool:
+        kind = IdempotentTool
         if not isinstance(t, BaseTool):
             if not callable(t):
                 raise TypeError(f"idempotent() wraps tools or functions, got {t!r}")
-            t = as_tool(t)
+            t, kind = tool_from_function(t), IdempotentFunction
         if not single and not is_handoff(t):
             handoff = None
-        return IdempotentTool(t, engine=engine.for_tool(t.name), handoff=handoff)
+        return kind(t, engine=engine_for(engine, t), handoff=handoff)
 
     if isinstance(tool_or_tools, BaseTool) or callable(tool_or_tools):
         return wrap(tool_or_tools, handoff)  # type: ignore[arg-type]

@@ -9,7 +9,8 @@
     langchain-idempotent resolve KEY (--result JSON | --text TEXT | --free) [--force] [--yes]
     langchain-idempotent rotate  [--namespace N] [--thread T] [--seal-plaintext] [--yes]
     langchain-idempotent doctor  [--pings N] [--strict] [--json]
-    langchain-idempotent explain --tool NAME --args JSON [--thread T] [--checkpoint-ns NS] ...
+    langchain-idempotent explain --tool NAME --args JSON --thread T [--node N] [--key K [--url U]]
+    langchain-idempotent --version
 
 Every command takes ``--url``, any URL ``store_from_url`` accepts (``redis://…``,
 ``rediss://…``, ``unix://…``, ``redis+cluster://…``, ``rediss+cluster://…``,
@@ -27,7 +28,7 @@ do for the application.
 - **Read-only means read-only.** No command creates a file, a table or a key to look
   at: on a missing SQLite file, PostgreSQL table or Redis key prefix (no record under it)
   each command says so, names the option that would point it elsewhere, and exits 1.
-- ``show`` and ``resolve`` take a unique prefix of a key; hints are printed with the
+- ``show``, ``delete`` and ``resolve`` take a unique prefix of a key; hints are printed with the
   ``--url`` / ``--prefix`` / ``--table`` the command was given.
 - Times are read on the store's clock (``store.now_ms()``: Redis ``TIME``, PostgreSQL
   ``clock_timestamp()``), like leases.
@@ -49,7 +50,8 @@ do for the application.
 Exit status: 0 done; 1 the store could not be reached, holds nothing where it was pointed
 (no file, table or record under the key prefix), the record is missing or in a state the
 command does not apply to, or the operator declined; 2 bad arguments; 3 ``doctor
---strict`` found a risk.
+--strict`` found a risk; 141 the reader of the output closed the pipe early (``ls --json |
+head``): the command stops quietly, as one killed by SIGPIPE would.
 
 The package: this module (``main``, the argument parser), :mod:`._common` (what the
 commands share: confirmation, redaction, hints, "nothing there"), :mod:`.records` (``ls``,
@@ -64,7 +66,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ..core._durations import to_seconds
 from ._common import PROG, Refused, nothing_there, redact
@@ -92,11 +94,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse already printed
         return exc.code if isinstance(exc.code, int) else 2
-    if args.command == "explain":  # needs no store
+    out, err = sys.stdout, sys.stderr
+    if args.command == "explain" and not args.url:  # needs no store
         from . import explain
 
-        return explain.run(args, out=sys.stdout, err=sys.stderr)
+        return _reader_gone_quietly(lambda: explain.run(args, out=out, err=err), out)
+    return _reader_gone_quietly(lambda: _with_store(args, out, err), out)
 
+
+#: The exit status when the reader of the output went away (``ls --json | head``): the
+#: status of a process killed by SIGPIPE, as ``ls`` or ``git log`` would end.
+BROKEN_PIPE = 141
+
+
+def _reader_gone_quietly(command: Callable[[], int], out: TextIO) -> int:
+    """Run ``command``; if whoever reads its output closed the pipe (``| head``), end quietly
+    with :data:`BROKEN_PIPE`: that is no failure of the store, and no traceback."""
+    try:
+        status = command()
+        out.flush()  # inside the try: a pipe closed under the last lines breaks here
+        return status
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that does not fail.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # not a file descriptor (a captured stream)
+            pass
+        return BROKEN_PIPE
+
+
+def _with_store(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Open the store ``--url`` (or the environment) names and run the command on it."""
     # Imported only once a command runs, so that --help and usage errors stay cheap: the
     # settings load pydantic-settings and, through the policy, LangGraph's serializer; a
     # store loads its client library (redis-py).
@@ -105,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..errors import CorruptRecordError, IdempotencyError
     from ..settings import IdempotencySettings
     from ..stores._url import parse_store_url
-    from . import doctor, records
+    from . import doctor, explain, records
 
     commands: dict[str, Callable[..., int]] = {
         "ls": records.ls,
@@ -115,8 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resolve": records.resolve,
         "rotate": records.rotate,
         "doctor": doctor.run,
+        "explain": lambda args, store, **_: explain.run(args, out=out, err=err, store=store),
     }
-    out, err = sys.stdout, sys.stderr
     try:
         settings = IdempotencySettings()
         url = args.url or _url_from_env(settings)
@@ -152,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CorruptRecordError as exc:
         print(f"{PROG}: corrupt record: {exc}", file=err)
         return 1
+    except BrokenPipeError:  # the reader of our output left: not the store's failure
+        raise
     except (IdempotencyError, OSError) as exc:  # the store's errors, as it translates them
         print(f"{PROG}: error: cannot use the store at {redact(url)}: {exc}", file=err)
         return 1
@@ -186,6 +218,9 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Inspect and repair the records of langchain-idempotent "
         "(leases and memoized tool results).",
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -261,8 +296,25 @@ def _parser() -> argparse.ArgumentParser:
 
     from .explain import add_parser as add_explain
 
-    add_explain(sub)
+    add_explain(sub, common)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, read from the package metadata only when asked
+    (argparse's own ``version`` action would need it each time the parser is built)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from .. import __version__
+
+        print(f"{PROG} {__version__}")  # on stdout, as argparse's own version action does
+        parser.exit()
 
 
 def _positive_int(text: str) -> int:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..core.store import BaseIdempotencyStore
     from ..settings import IdempotencySettings
 
-__all__ = ["delete", "ls", "purge", "resolve", "rotate", "show"]
+__all__ = ["delete", "existing", "ls", "purge", "resolve", "rotate", "show"]
 
 _MAX_SHOWN = 4000
 
@@ -140,7 +140,7 @@ def _iso(ms: int) -> str:
 
 
 def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, **_: Any) -> int:
-    rec = _existing(store, args.key, prefix_ok=True)
+    rec = existing(store, args.key, args)
     now = store.now_ms()
     doc = _summary(rec, now)
     sealed = _sealed(rec)
@@ -213,23 +213,29 @@ def show(args: argparse.Namespace, *, store: BaseIdempotencyStore, out: TextIO, 
     return 0
 
 
-def _existing(store: BaseIdempotencyStore, key: str, *, prefix_ok: bool = False) -> Record:
-    """The record under ``key``; with ``prefix_ok``, also the one record whose key starts
-    with ``key`` (as ``git`` takes a unique commit prefix)."""
+def existing(store: BaseIdempotencyStore, key: str, args: argparse.Namespace) -> Record:
+    """The record under ``key``, or the one record whose key starts with ``key`` (as ``git``
+    takes a unique commit prefix): what ``show``, ``delete``, ``resolve`` and ``explain
+    --key`` act on. Refused, saying what was looked for and where: none, or several."""
     rec = store.get(key)
     if rec is not None:
         return rec
-    if prefix_ok and key:
+    if key:
         found = [r for r in store.list() if r.key.startswith(key)]
         if len(found) == 1:
             return found[0]
         if found:
             shown = ", ".join(r.key for r in found[:5]) + (", …" if len(found) > 5 else "")
-            raise Refused(f"{len(found)} records have keys starting {key!r}: {shown}")
+            raise Refused(
+                f"{len(found)} records have keys starting {key!r}: {shown}; give more of the key"
+            )
     missing = nothing_there(store)
     if missing is not None:
         raise Refused(missing)
-    raise Refused(f"no record under key {key!r} (expired, purged, or never written)")
+    raise Refused(
+        f"no record under key {key!r}, nor one whose key starts with it (expired, purged, or "
+        f"never written); `{again(args, 'ls')}` lists the records there"
+    )
 
 
 def _sealed(rec: Record) -> tuple[str, str] | None:
@@ -340,11 +346,13 @@ def purge(
 def delete(
     args: argparse.Namespace, *, store: BaseIdempotencyStore, url: str, out: TextIO, **_: Any
 ) -> int:
+    key = args.key  # or the full key of the one record it is a prefix of, as `show` takes
     try:
-        rec = _existing(store, args.key)
+        rec = existing(store, args.key, args)
     except CorruptRecordError as exc:  # the one record `show` and `resolve` cannot act on
         what, warning = f"unreadable: {exc}", ""
     else:
+        key = rec.key
         now = store.now_ms()
         what = f"{_state_label(rec, now)}, tool {rec.meta.get('tool', '?')!r}"
         warning = (
@@ -354,13 +362,13 @@ def delete(
             else ""
         )
     confirm(
-        f"Delete record {args.key} ({what}) from {redact(url)}?{warning} Its call will run "
+        f"Delete record {key} ({what}) from {redact(url)}?{warning} Its call will run "
         "again if retried.",
         yes=args.yes,
     )
-    if not store.delete(args.key):
-        raise Refused(f"no record under key {args.key!r}: it expired or was deleted meanwhile")
-    print(f"deleted record {args.key}", file=out)
+    if not store.delete(key):
+        raise Refused(f"no record under key {key!r}: it expired or was deleted meanwhile")
+    print(f"deleted record {key}", file=out)
     return 0
 
 
@@ -376,7 +384,7 @@ def resolve(
     settings: IdempotencySettings,
     **_: Any,
 ) -> int:
-    rec = _existing(store, args.key, prefix_ok=True)
+    rec = existing(store, args.key, args)
     payload = None if args.free else _payload(args, rec)
     if rec.done:
         raise Refused(

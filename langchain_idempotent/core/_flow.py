@@ -38,7 +38,7 @@ from ._steps import (
     _Step,
     _WatchStep,
 )
-from .context import IdempotencyContext, _Boundary
+from .context import IdempotencyContext, _Boundary, _Journal
 from .events import (
     QUIET_KINDS,
     EventCounter,
@@ -149,8 +149,9 @@ class Flow:
             ended = f"raised {claim.error_type or 'an exception'} after its side effect began"
         elif claim.reason == "cancelled":
             ended = "was cancelled mid-tool"
+        what = "a previous run" if call.step is None else f"step {call.step!r}: a previous run"
         raise OutcomeUnknownError(
-            f"a previous run (fence {claim.fence}, attempt {claim.attempt}) {ended} "
+            f"{what} (fence {claim.fence}, attempt {claim.attempt}) {ended} "
             "without recording a result, so its side effect may or may not have happened; "
             "check downstream, then run `langchain-idempotent resolve "
             f"{call.key}` to store the real result or free the key",
@@ -188,7 +189,11 @@ class Flow:
             takeover=claim.outcome is ClaimOutcome.TAKEOVER,
             owner=call.owner,
             _boundary=boundary,
+            _journal=_Journal(call.tool),
         )
+        paused = ctx.takeover and self._was_paused(claim)
+        if paused:  # an interrupt() after the block: the tool runs on to its resume value
+            boundary.paused = claim.error_type
         if claim.outcome is ClaimOutcome.RETRY:  # the previous attempt never reached its effect
             detail = {"reason": claim.reason, **took}
             self._emit(call, "free_retry", ctx.fence, ctx.attempt, detail)
@@ -197,7 +202,7 @@ class Flow:
         else:  # ``reconcile``: a hook is asked first (its event follows, ``takeover=True``)
             detail = {"reconcile": call.reconcile is not None, **took}
             self._emit(call, "takeover", ctx.fence, ctx.attempt, detail)
-        if ctx.takeover and call.reconcile is not None:
+        if ctx.takeover and call.reconcile is not None and not paused:
             try:
                 found = yield from self._consult(call, claim, claim.attempt - 1, {"takeover": True})
             except BaseException:
@@ -215,7 +220,7 @@ class Flow:
             handled = done.value.error
             # (A transactional tool's writes roll back with the release: nothing was sent.)
             if handled is not None and done.txn is None and self._unknown_after_error(ctx):
-                yield from self._abandon(call, ctx, "error", handled)
+                yield from self._abandon(call, ctx, "error", boundary.paused or handled)
             else:
                 yield from self._release(call, ctx, done.txn)
             return done.value.value
@@ -243,6 +248,12 @@ class Flow:
         if not isinstance(failure, Exception):
             # Cancelled mid-tool: the effect may have happened. Keep the key uncertain.
             yield from self._abandon(call, ctx, "cancelled")
+        elif isinstance(failure, self.never_terminal) and self._unknown_if_paused(ctx):
+            # interrupt() after the side_effect() block: LangGraph re-executes the tool from
+            # its first line on resume, so the key stays uncertain (the resumed run may not
+            # enter the block again; steps, ``ctx.step``, replay on their own).
+            paused = ctx._boundary.paused or error_type_of(failure)
+            yield from self._abandon(call, ctx, "error", paused)
         elif self._is_terminal(failure):
             first = yield from self._store_failure(
                 call, ctx, self.serializer.dumps_failure(failure, key=call.key)
@@ -252,7 +263,9 @@ class Flow:
         elif self._left_unknown(ctx, failure):
             # A read timeout, a reset connection, a 502 after the provider committed: the
             # effect may have happened. Keep the key uncertain; the next claim reconciles.
-            yield from self._abandon(call, ctx, "error", error_type_of(failure))
+            # (A run resumed after an interrupt past its block keeps saying so.)
+            paused = ctx._boundary.paused or error_type_of(failure)
+            yield from self._abandon(call, ctx, "error", paused)
         else:
             yield from self._release(call, ctx)
         raise failure
@@ -274,10 +287,25 @@ class Flow:
         policy = self.policy
         if policy.effect_class == "keyed":
             return False
-        if ctx.entered:
+        if ctx.entered or ctx._boundary.paused is not None:
             return True
         blind = not policy.boundary and not policy.transactional
         return blind and policy.effect_class in ("unsafe", "irreversible")
+
+    def _unknown_if_paused(self, ctx: IdempotencyContext) -> bool:
+        """Whether an ``interrupt()`` leaves the key uncertain: raised after this run
+        entered its block, or in a run that resumed one that had (not in a ``keyed``
+        tool, which re-sends with its key)."""
+        if self.policy.effect_class == "keyed":
+            return False
+        return ctx.entered or ctx._boundary.paused is not None
+
+    def _was_paused(self, claim: Claim) -> bool:
+        """Whether a takeover's previous attempt was paused by an ``interrupt()`` after its
+        block (abandoned with the interrupt's type, :meth:`_failed`)."""
+        if claim.reason != "error" or claim.error_type is None:
+            return False
+        return claim.error_type in _type_names(self.never_terminal)
 
     def _store_failure(
         self, call: _Call, ctx: IdempotencyContext, failure: bytes, txn: Any = None
@@ -338,6 +366,7 @@ class Flow:
             reason=claim.reason or "lease_expired",
             entered=True if claim.entered else None,
             error_type=claim.error_type,
+            step=call.step,
         )
         answer: HookAnswer = yield _ReconcileStep(call.reconcile, question)
         took: dict[str, Any] = {
@@ -448,6 +477,18 @@ class Flow:
             kind, call.key, call.tool, fence, attempt, detail or {}, call_id=call.call_id
         )
         deliver(event, self.on_event, observer)
+
+
+def _type_names(kinds: tuple[type[BaseException], ...]) -> set[str]:
+    """The names :func:`error_type_of` gives ``kinds`` and all their subclasses."""
+    names: set[str] = set()
+    todo = list(kinds)
+    while todo:
+        kind = todo.pop()
+        module = kind.__module__
+        names.add(kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}")
+        todo.extend(kind.__subclasses__())
+    return names
 
 
 def _took(started: float, waited: float | None) -> dict[str, float]:

@@ -119,6 +119,8 @@ class _Call:
     thread_id: str | None
     #: The LangChain tool call id (``ToolCall["id"]``), for the events; ``None`` if none.
     call_id: str | None = None
+    #: For a step journaled inside a call (``ctx.step(name, ...)``): the step's name.
+    step: str | None = None
 
     @property
     def key(self) -> str:

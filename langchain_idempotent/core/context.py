@@ -13,6 +13,16 @@ only one that entered the block is uncertain (``reconcile=``, ``on_expired``). T
 declares it marks its effect with ``boundary=True`` (so that a crash *before* the block is
 known to be one); the module-level :func:`side_effect` does the same as the method and says
 clearly when it is used outside an idempotent call.
+
+``get_idempotency_context().step(name, fn, *args, **kwargs)`` (``await ctx.astep(...)`` in
+an async tool; module-level :func:`step` / :func:`astep`) journals one effect inside the
+tool under the call's key: LangGraph re-executes a tool from its first line after
+``interrupt()`` (and a retry after a later step failed runs it again), and a completed
+step then returns its stored result without running. Each step is a record of its own,
+keyed by the call's key and the step's name, claimed and completed through the same
+store protocol as a call (stored like a result, encrypted where encryption is on): a step
+that began and never finished (its worker died) is an uncertain outcome, handled as a
+takeover of a call is (``reconcile=`` is asked, told the step's name; else ``on_expired``).
 """
 
 from __future__ import annotations
@@ -21,10 +31,17 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import FunctionType, MethodType, TracebackType
 from typing import Any
 
-__all__ = ["IdempotencyContext", "get_idempotency_context", "idempotency_scope", "side_effect"]
+__all__ = [
+    "IdempotencyContext",
+    "astep",
+    "get_idempotency_context",
+    "idempotency_scope",
+    "side_effect",
+    "step",
+]
 
 
 @dataclass(slots=True)
@@ -48,8 +65,31 @@ class _Boundary:
     resendable: tuple[type[BaseException], ...] = ()
     keyed: bool = False
     failed: str | None = None
+    #: The type of the ``interrupt()`` that paused an earlier attempt after it had entered
+    #: its block (this run resumed it): entering the block again is an unknown outcome.
+    paused: str | None = None
     mark: Callable[[], bool] | None = None
     amark: Callable[[], Awaitable[bool]] | None = None
+
+
+#: How the engine runs one step: ``(name, fn, args, kwargs) -> result`` (sync), and the
+#: async twin (its ``fn`` may return an awaitable).
+StepRunner = Callable[[str, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+AsyncStepRunner = Callable[
+    [str, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Awaitable[Any]
+]
+
+
+@dataclass(slots=True)
+class _Journal:
+    """One run's steps: the function each name was given (a name is one step per call),
+    and how the engine runs a step (``None`` for an unprotected run: no record, the step
+    just runs)."""
+
+    tool: str | None = None
+    seen: dict[str, object] = field(default_factory=dict)
+    run: StepRunner | None = None
+    arun: AsyncStepRunner | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +116,7 @@ class IdempotencyContext:
     #: completion record will join. Write on it; do not commit. ``None`` otherwise.
     connection: Any = field(default=None, repr=False, compare=False)
     _boundary: _Boundary = field(default_factory=_Boundary, repr=False, compare=False)
+    _journal: _Journal = field(default_factory=_Journal, repr=False, compare=False)
 
     @property
     def entered(self) -> bool:
@@ -87,6 +128,55 @@ class IdempotencyContext:
         with`` in an async tool). Entering it stores, before the block runs, that this
         attempt's effect may be crossing; see the module docstring."""
         return SideEffect(self)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this call as the step ``name`` and return its
+        result; when the tool runs again for the same call (resumed after ``interrupt()``,
+        retried after a later step failed) a completed step returns its stored result
+        without running. See the module docstring."""
+        journal = self._journal
+        self._check_step(name, fn, asynchronous=False)
+        if journal.run is None:
+            return fn(*args, **kwargs)
+        return journal.run(name, fn, args, kwargs)
+
+    async def astep(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """The async twin of :meth:`step`: ``fn`` may be a coroutine function or a plain one."""
+        journal = self._journal
+        self._check_step(name, fn, asynchronous=True)
+        if journal.arun is None:
+            if journal.run is not None:  # a sync driver: run the step through it
+                return await _awaited(journal.run(name, fn, args, kwargs))
+            return await _awaited(fn(*args, **kwargs))
+        return await journal.arun(name, fn, args, kwargs)
+
+    def _check_step(self, name: str, fn: Callable[..., Any], *, asynchronous: bool) -> None:
+        """Refuse a bad step before it runs: a name that is no non-empty string, ``fn`` not
+        callable, or the name already given another function in this call."""
+        from ..errors import SideEffectMisuseError
+
+        what = "astep" if asynchronous else "step"
+        if not isinstance(name, str) or not name:
+            raise SideEffectMisuseError(
+                f"{what}() needs a non-empty string name first, got {name!r}: the name is "
+                "the step's identity within the call (e.g. ctx.step('refund', send_refund, ...))",
+                key=self.key,
+            )
+        if not callable(fn):
+            raise SideEffectMisuseError(
+                f"{what}({name!r}, ...) needs a function to run, got {type(fn).__name__}",
+                key=self.key,
+            )
+        seen = self._journal.seen
+        identity = _identity(fn)
+        first = seen.setdefault(name, identity)
+        if first != identity:  # (a bound method is made anew each time: compared equal)
+            raise SideEffectMisuseError(
+                f"step {name!r} was already run with another function in this call of tool "
+                f"{self._journal.tool!r}: a step's name is its identity (its stored result is "
+                "returned for the name), so give each step of a call its own name",
+                key=self.key,
+            )
 
     @property
     def lease_lost(self) -> bool:
@@ -114,6 +204,20 @@ class IdempotencyContext:
             )
 
 
+def _identity(fn: Callable[..., Any]) -> object:
+    """What makes two functions the same step's: the code they run (a lambda re-created on
+    each run is the same step; two lambdas are not), else the callable itself."""
+    target = fn.__func__ if isinstance(fn, MethodType) else fn
+    return target.__code__ if isinstance(target, FunctionType) else target
+
+
+async def _awaited(value: Any) -> Any:
+    """``value``, awaited when it is awaitable (an ``astep`` may be given a plain function)."""
+    import inspect
+
+    return await value if inspect.isawaitable(value) else value
+
+
 class SideEffect:
     """The context manager :meth:`IdempotencyContext.side_effect` returns (sync and async).
 
@@ -137,6 +241,18 @@ class SideEffect:
         from ..errors import SideEffectMisuseError
 
         gate, ctx = self._ctx._boundary, self._ctx
+        if gate.paused is not None and not gate.keyed:
+            from ..errors import OutcomeUnknownError
+
+            raise OutcomeUnknownError(
+                f"side_effect() entered again in tool {gate.tool!r}, re-executed after "
+                f"{gate.paused} paused an earlier run that had already entered its block: "
+                "that effect may have happened, and running the block again would be a blind "
+                "second run. Journal the effect as a step (ctx.step('name', fn, ...)) so a "
+                "resume returns its stored result; for this call, check downstream and run "
+                f"`langchain-idempotent resolve {ctx.key}`",
+                key=ctx.key,
+            )
         if gate.inside:
             raise SideEffectMisuseError(
                 "side_effect() is already open in this run: blocks do not nest; mark the "
@@ -237,7 +353,17 @@ _scope: ContextVar[str | None] = ContextVar("langchain_idempotent_scope", defaul
 
 
 def get_idempotency_context() -> IdempotencyContext | None:
-    """The context of the idempotent call running now, or ``None`` outside one."""
+    """The context of the idempotent call running now, or ``None`` outside one.
+
+    ``None`` is an answer, not an error: the same tool may run wrapped and unwrapped (a
+    baseline, a test, an ``effect="read"`` tool), so a tool that hands the key downstream
+    guards for it::
+
+        ctx = get_idempotency_context()
+        key = ctx.key if ctx else None  # unwrapped: no key to send
+
+    (:func:`side_effect`, which has nothing to mark outside a call, raises instead.)
+    """
     return _current.get()
 
 
@@ -256,9 +382,9 @@ def passthrough(tool: str) -> Iterator[None]:
         _passthrough.reset(token)
 
 
-def side_effect() -> SideEffect:
-    """``get_idempotency_context().side_effect()``, with a clear error outside an
-    idempotent call (or in an ``effect="read"`` tool, which has no record to mark)."""
+def _inside(what: str) -> IdempotencyContext:
+    """The running call's context, or a clear error naming ``what`` was used outside one
+    (or in an ``effect="read"`` tool, which has no record)."""
     ctx = _current.get()
     if ctx is None:
         from ..errors import SideEffectMisuseError
@@ -266,16 +392,34 @@ def side_effect() -> SideEffect:
         read = _passthrough.get()
         if read is not None:
             raise SideEffectMisuseError(
-                f"side_effect() used in tool {read!r}, declared effect='read': a read has no "
-                "side effect to mark; declare another effect class (e.g. 'keyed') instead",
+                f"{what} used in tool {read!r}, declared effect='read': a read has no "
+                "side effect to journal; declare another effect class (e.g. 'keyed') instead",
                 key=None,
             )
         raise SideEffectMisuseError(
-            "side_effect() used outside an idempotent tool call: wrap the tool with "
+            f"{what} used outside an idempotent tool call: wrap the tool with "
             "idempotent(...) (or IdempotencyMiddleware) and call it from inside the tool",
             key=None,
         )
-    return ctx.side_effect()
+    return ctx
+
+
+def side_effect() -> SideEffect:
+    """``get_idempotency_context().side_effect()``, with a clear error outside an
+    idempotent call (or in an ``effect="read"`` tool, which has no record to mark)."""
+    return _inside("side_effect()").side_effect()
+
+
+def step(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``get_idempotency_context().step(name, fn, ...)``, with a clear error naming the
+    step outside an idempotent call (nothing runs)."""
+    return _inside(f"step({name!r})").step(name, fn, *args, **kwargs)
+
+
+async def astep(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``await get_idempotency_context().astep(name, fn, ...)``, with the same errors as
+    :func:`step`."""
+    return await _inside(f"astep({name!r})").astep(name, fn, *args, **kwargs)
 
 
 @contextmanager

@@ -49,13 +49,16 @@ runs again, and the wrapped value is returned to the caller.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import random
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
+from types import BuiltinFunctionType, FunctionType, MappingProxyType, MethodType
 from typing import Any, TypeVar
 
-from ..errors import IdempotencyError
+from ..errors import IdempotencyError, UnstorableResultError
 from . import _transactional
 from ._flow import Flow
 from ._reconciling import aconsult, consult
@@ -72,16 +75,16 @@ from ._steps import (
     _Step,
     _WatchStep,
 )
-from .context import IdempotencyContext, _current
-from .events import EventCounter, EventHook
+from .context import IdempotencyContext, _awaited, _current
+from .events import EventCounter, EventHook, IdempotencyEvent, deliver
 from .heartbeat import AsyncRenewal, schedule_renewal
-from .policy import Policy
+from .policy import EffectClass, Policy
 from .reconcile import reconciler_for
 from .record import Claim, ExpiredPolicy, abandon_kwargs
 from .serde import ResultSerializer
 from .store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
 
-__all__ = ["Claimed", "Engine", "Unmemoized", "new_owner"]
+__all__ = ["Claimed", "Engine", "Unmemoized", "new_owner", "step_fingerprint", "step_key"]
 
 T = TypeVar("T")
 
@@ -127,6 +130,54 @@ class _Drive:
 def _held(call: _Call, ctx: IdempotencyContext) -> Held:
     """The lease ``call`` holds at ``ctx``'s fence."""
     return Held(call.key, call.owner, ctx.fence)
+
+
+def step_key(key: str, name: str) -> str:
+    """The key of the step ``name`` inside the call ``key`` (``ctx.step``): the same on every
+    re-execution of the call, and in the call's Redis Cluster slot only through the record
+    it names (a step is a record of its own)."""
+    return f"{key}:step:{hashlib.sha256(name.encode()).hexdigest()[:32]}"
+
+
+def step_fingerprint(fn: Callable[..., Any]) -> str:
+    """A step's payload identity: the function it runs, by module and qualified name (a
+    re-executed tool re-creates its lambdas; a deploy between pause and resume keeps the
+    names). Another function under the same name is a mismatch."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if isinstance(target, MethodType):
+        target = target.__func__
+    kind = target if isinstance(target, (FunctionType, BuiltinFunctionType, type)) else type(target)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return hashlib.sha256(f"step:{name}".encode()).hexdigest()
+
+
+@contextmanager
+def _naming_step(name: str, tool: str | None) -> Iterator[None]:
+    """A step's result that cannot be stored, said with the step's name."""
+    try:
+        yield
+    except UnstorableResultError as exc:
+        raise UnstorableResultError(
+            f"step {name!r} of tool {tool!r} ran, but its result cannot be stored, so the "
+            f"tool stops here (no later effect runs): {exc}",
+            key=exc.key,
+        ) from exc
+
+
+def _step_call(call: _Call, name: str, fn: Callable[..., Any]) -> dict[str, Any]:
+    """How the step ``name`` running ``fn`` inside ``call`` is run: its key and payload
+    identity, and what it is told of its call (not the adapter's observer: a step's replay
+    is not the call's)."""
+    return {
+        "key": step_key(call.key, name),
+        "fingerprint": step_fingerprint(fn),
+        "tool": call.tool,
+        "meta": call.meta,
+        "args": call.args,
+        "thread_id": call.thread_id,
+        "call_id": call.call_id,
+        "step_name": name,
+    }
 
 
 def new_owner() -> str:
@@ -184,19 +235,24 @@ class Engine(Flow):
         self.on_expired: ExpiredPolicy = self.policy.on_expired or "takeover"
         self._boundary = bool(self.policy.boundary)
 
-        self._tools: dict[str, Engine] = {}
+        self._tools: dict[tuple[str, EffectClass | None], Engine] = {}
+        self._step_engine: Engine | None = None
 
     def stats(self) -> dict[str, int]:
         """Events so far, by kind (``{"claim": 3, "replay": 2, ...}``)."""
         return self._counter.snapshot()
 
-    def for_tool(self, tool: str) -> Engine:
+    def for_tool(
+        self, tool: str, hinted: EffectClass | None = None, hints: Mapping[str, bool] | None = None
+    ) -> Engine:
         """The engine for one tool: this one, or (when the policy gives the tool an effect
         class, :meth:`Policy.for_tool`) a sibling on the same store, serializer, hooks and
-        counters with that tool's policy."""
-        sibling = self._tools.get(tool)
+        counters with that tool's policy. ``hinted``: the class the tool's annotations
+        (``hints``) suggest, used when ``effect=`` names none for it; an
+        ``effect_inferred`` event says so, once per tool."""
+        sibling = self._tools.get((tool, hinted))
         if sibling is None:
-            policy = self._given.for_tool(tool)
+            policy = self._given.for_tool(tool, hinted=hinted)
             if policy == self.policy:
                 sibling = self
             else:
@@ -208,8 +264,46 @@ class Engine(Flow):
                     never_terminal=self.never_terminal,
                 )
                 sibling._counter = self._counter
-            self._tools[tool] = sibling
+            self._tools[(tool, hinted)] = sibling
+            if hinted is not None and self._given.effect_of(tool) is None:
+                detail = {"effect": hinted, "hints": dict(hints or {})}
+                deliver(IdempotencyEvent("effect_inferred", "", tool, detail=detail), self.on_event)
         return sibling
+
+    def _steps(self) -> Engine:
+        """The engine of the steps journaled inside this engine's calls: the same store,
+        serializer, hooks and counters, with no boundary of its own (a step is its own
+        boundary: one that began and never finished is uncertain) and outside any
+        transaction."""
+        engine = self._step_engine
+        if engine is None:
+            policy = self.policy.with_options(boundary=False, transactional=False)
+            engine = Engine(
+                self.store,
+                policy,
+                serializer=self.serializer,
+                on_event=self.on_event,
+                never_terminal=self.never_terminal,
+            )
+            engine._counter = self._counter
+            self._step_engine = engine
+        return engine
+
+    def _run_step(self, call: _Call, name: str, fn: Callable[..., Any], *given: Any) -> Any:
+        """Run (or replay) the step ``name`` of ``call`` (``ctx.step``); ``given``: its
+        positional and keyword arguments."""
+        args, kwargs = given
+        with _naming_step(name, call.tool):
+            return self._steps().run(
+                action=lambda: fn(*args, **kwargs), **_step_call(call, name, fn)
+            )
+
+    async def _arun_step(self, call: _Call, name: str, fn: Callable[..., Any], *given: Any) -> Any:
+        args, kwargs = given
+        with _naming_step(name, call.tool):
+            return await self._steps().arun(
+                action=lambda: _awaited(fn(*args, **kwargs)), **_step_call(call, name, fn)
+            )
 
     def claim_request(
         self, key: str, fingerprint: str, meta: Mapping[str, str] | None = None
@@ -242,6 +336,7 @@ class Engine(Flow):
         thread_id: str | None,
         claimed: Claimed | None,
         call_id: str | None,
+        step: str | None = None,
     ) -> _Call:
         return _Call(
             self.claim_request(key, fingerprint, meta) if claimed is None else claimed.request,
@@ -251,6 +346,7 @@ class Engine(Flow):
             MappingProxyType(dict(args or {})),
             thread_id,
             call_id,
+            step,
         )
 
     # -- sync driver ------------------------------------------------------------------
@@ -268,14 +364,18 @@ class Engine(Flow):
         thread_id: str | None = None,
         claimed: Claimed | None = None,
         call_id: str | None = None,
+        step_name: str | None = None,
     ) -> T:
         """Run ``action`` once for ``key`` and return its result, or replay the stored one.
 
         ``args`` and ``thread_id`` are what a reconcile hook is told about the call; the
         hook is ``policy.reconcile`` (its entry for ``tool`` when it is a mapping).
         ``claimed``: the claim a batch already made for this call (its first claim);
-        ``call_id``: the tool call's id, carried by its events (``IdempotencyEvent.call_id``)."""
-        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id)
+        ``call_id``: the tool call's id, carried by its events (``IdempotencyEvent.call_id``);
+        ``step_name``: the step's name when this runs a step inside a call (``ctx.step``)."""
+        call = self._call(
+            key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id, step_name
+        )
         drive = _Drive(self._flow(call), claimed)
         step = drive.next()
         while step is not None:
@@ -335,6 +435,7 @@ class Engine(Flow):
         if ctx.protected:
             held, store = _held(call, ctx), self.store
             ctx._boundary.mark = lambda: store.mark_effect(held)
+            ctx._journal.run = lambda *step: self._run_step(call, *step)
         token = _current.set(ctx)
         renewal = (
             schedule_renewal(self._renew_every, lambda: self._renew(call, ctx))
@@ -378,9 +479,12 @@ class Engine(Flow):
         thread_id: str | None = None,
         claimed: Claimed | None = None,
         call_id: str | None = None,
+        step_name: str | None = None,
     ) -> T:
         """The async twin of :meth:`run`; ``action`` returns an awaitable."""
-        call = self._call(key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id)
+        call = self._call(
+            key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id, step_name
+        )
         drive = _Drive(self._flow(call), claimed)
         step = drive.next()
         while step is not None:
@@ -430,6 +534,8 @@ class Engine(Flow):
             held, store, gate = _held(call, ctx), self.store, ctx._boundary
             gate.mark = lambda: store.mark_effect(held)
             gate.amark = lambda: store.amark_effect(held)
+            ctx._journal.run = lambda *step: self._run_step(call, *step)
+            ctx._journal.arun = lambda *step: self._arun_step(call, *step)
         token = _current.set(ctx)
         renewal = (
             AsyncRenewal(self._renew_every, lambda: self._arenew(call, ctx))

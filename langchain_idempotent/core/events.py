@@ -27,6 +27,9 @@ Stable event kinds (``IdempotencyEvent.kind``):
                        ``outcome`` (``found``, ``not_found``, ``error``), ``duration_ms``,
                        ``reason`` and (for reason ``error``) ``error_type``; ``takeover:
                        True`` when the call took the key over (not found: the tool runs)
+``effect_inferred``    a tool's effect class was chosen from its MCP annotations (no
+                       ``effect=`` for it), once per tool when it is wrapped (``key``
+                       empty); ``detail``: ``effect`` and the ``hints`` read
 =====================  ===============================================================
 
 The event that follows a claim (``claim``, ``replay``, ``takeover``, ``free_retry``,
@@ -77,6 +80,7 @@ EventKind = Literal[
     "release",
     "abandon",
     "reconcile",
+    "effect_inferred",
 ]
 #: Every kind, in the order above.
 EVENT_KINDS: tuple[EventKind, ...] = typing.get_args(EventKind)
@@ -101,6 +105,7 @@ _KINDS: dict[EventKind, tuple[int, bool]] = {
     "fail_open": (logging.ERROR, True),
     "abandon": (logging.WARNING, True),
     "reconcile": (logging.WARNING, True),
+    "effect_inferred": (logging.INFO, True),
 }
 #: The kinds dispatched as callback events.
 SURFACED_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if surfaced)

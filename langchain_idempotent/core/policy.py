@@ -32,6 +32,7 @@ __all__ = [
     "EFFECT_CLASSES",
     "ApprovalPredicate",
     "ApprovalSetting",
+    "Authorizer",
     "EffectClass",
     "InterruptMode",
     "Policy",
@@ -61,6 +62,11 @@ ApprovalSetting = bool | ApprovalPredicate | Mapping[str, bool | ApprovalPredica
 #: ``ToolApprovalRequest`` with a ``response_schema``, answered with one decision.
 InterruptMode = Literal["batched", "per_call"]
 _INTERRUPT_MODES = ("batched", "per_call")
+#: Asked immediately before an approved effect runs (after any resume), with the call's
+#: :class:`CallInfo` and the reviewer's decision (``None`` for a call no human was asked
+#: about); sync or async. A false answer, or an exception, denies the call: it is answered
+#: like a rejection, nothing runs and nothing is stored (docs/approval.md).
+Authorizer = Callable[[CallInfo, Any], Any]
 
 
 def needs_approval(setting: ApprovalSetting | None, info: CallInfo) -> bool:
@@ -91,8 +97,11 @@ def _check_approval(setting: object, mode: object) -> None:
 @dataclass(frozen=True, kw_only=True)
 class Policy:
     #: How long a claim is held without renewal; renewed every ``lease * renew_fraction``
-    #: while the tool runs, so it only bounds how long a *crashed* owner blocks the key.
-    lease: float | timedelta = 30.0
+    #: while the tool runs, so it only bounds how long a *crashed* owner blocks the key
+    #: (a dead worker's call is taken over within it). A live owner that cannot renew for
+    #: longer than ``lease * (1 - renew_fraction)`` (a process paused, a blocked event loop
+    #: in an async tool, a GIL-holding stall) may be taken over: raise it for such tools.
+    lease: float | timedelta = 2.0
     #: How long records (results and leases) are kept; at least ``lease``. A
     #: human-in-the-loop thread that resumes later than this can run the tool again.
     ttl: float | timedelta = timedelta(hours=24)
@@ -116,8 +125,8 @@ class Policy:
     allowed_types: tuple[type | tuple[str, str], ...] = field(default=(), metadata=_CODE_ONLY)
     #: The largest serialized result that is stored (``ResultTooLargeError`` above it).
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
-    #: Renew the lease after this fraction of it has passed.
-    renew_fraction: float = 1 / 3
+    #: Renew the lease after this fraction of it has passed (every 0.5 s by default).
+    renew_fraction: float = 1 / 4
     #: Separates applications and tenants sharing one store.
     namespace: str = "default"
     #: What one effect is: ``"thread"``, ``"turn"``, ``"call"`` or a key function.
@@ -134,6 +143,13 @@ class Policy:
     #: request) or ``"per_call"`` (a ``ToolApprovalRequest`` whose ``response_schema``
     #: LangGraph checks before it saves the answer).
     interrupt_mode: InterruptMode = field(default="batched", metadata=_CODE_ONLY)
+    #: How long a reviewer's approval stays good for its effect: a stored decision older
+    #: than this (on the store's clock) when the effect is about to run is asked again.
+    #: ``None``: it does not expire (until the record's ``ttl``).
+    approval_ttl: float | timedelta | None = field(default=None, metadata=_CODE_ONLY)
+    #: Checked immediately before each new effect, after any resume (:data:`Authorizer`):
+    #: it can deny a call a human approved (a mandate revoked while the run was paused).
+    authorize: Authorizer | None = field(default=None, metadata=_CODE_ONLY)
     #: Asked on every takeover of a call whose outcome is unknown (sync or async, one
     #: function or a dict per tool name): the result if the effect happened, else ``None``
     #: (:mod:`langchain_idempotent.core.reconcile`).
@@ -180,6 +196,8 @@ class Policy:
     ttl_s: float = field(init=False, repr=False)
     #: ``wait_timeout`` in seconds; ``math.inf`` for ``wait_timeout=None``.
     wait_timeout_s: float = field(init=False, repr=False)
+    #: ``approval_ttl`` in milliseconds (``None``: no expiry).
+    approval_ttl_ms: int | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         lease_s = to_seconds(self.lease, "lease")
@@ -193,6 +211,18 @@ class Policy:
             if self.wait_timeout is None
             else to_seconds(self.wait_timeout, "wait_timeout", allow_zero=True, allow_inf=True),
         )
+        object.__setattr__(
+            self,
+            "approval_ttl_ms",
+            None
+            if self.approval_ttl is None
+            else to_ms(to_seconds(self.approval_ttl, "approval_ttl")),
+        )
+        if self.authorize is not None and not callable(self.authorize):
+            raise TypeError(
+                "authorize must be a function of the call and the decision "
+                f"(CallInfo, Decision | None) -> bool, sync or async; got {self.authorize!r}"
+            )
         if ttl_s < lease_s:
             raise ValueError(
                 f"ttl ({ttl_s:g}s) must be at least the lease ({lease_s:g}s): a record must "
@@ -268,13 +298,14 @@ class Policy:
         """The effect class of a policy resolved by :meth:`for_tool` (``None``: none)."""
         return self.effect if isinstance(self.effect, str) else None
 
-    def for_tool(self, tool: str | None) -> Policy:
+    def for_tool(self, tool: str | None, *, hinted: EffectClass | None = None) -> Policy:
         """This policy for one tool (``None``: a call of no named tool): its effect class
-        (the one class, or its entry in the dict), and the class's preset
-        (:func:`preset`) for each of ``on_expired`` and ``approval`` left ``None``. The
-        result holds the values a call uses; it is its own ``for_tool``."""
+        (the one class, or its entry in the dict; else ``hinted``, the class the tool's
+        own annotations suggest: an explicit ``effect=`` always wins), and the class's
+        preset (:func:`preset`) for each of ``on_expired`` and ``approval`` left ``None``.
+        The result holds the values a call uses; it is its own ``for_tool``."""
         effect = self.effect
-        chosen = effect.get(tool or "") if isinstance(effect, Mapping) else effect
+        chosen = self.effect_of(tool) or hinted
         reconciled = reconciler_for(self.reconcile, tool) is not None
         unset = {
             name: value
@@ -284,6 +315,11 @@ class Policy:
         if chosen == effect and not unset:
             return self
         return dataclasses.replace(self, effect=chosen, **unset)
+
+    def effect_of(self, tool: str | None) -> EffectClass | None:
+        """The effect class ``effect=`` gives ``tool`` explicitly (``None``: none)."""
+        effect = self.effect
+        return effect.get(tool or "") if isinstance(effect, Mapping) else effect
 
     @classmethod
     def from_env(
@@ -341,6 +377,8 @@ class PolicyOptions(TypedDict, total=False):
     transactional: bool
     approval: ApprovalSetting | None
     interrupt_mode: InterruptMode
+    approval_ttl: float | timedelta | None
+    authorize: Authorizer | None
     reconcile: ReconcileOption | None
     boundary: bool
     not_sent: tuple[type[Exception], ...]

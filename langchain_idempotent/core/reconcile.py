@@ -67,6 +67,9 @@ class ReconcileCall:
     #: For ``reason="error"``: the type of the exception the attempt raised
     #: (``"httpx.ReadTimeout"``, ``"TimeoutError"``); ``None`` otherwise.
     error_type: str | None = None
+    #: For a step inside the call (``ctx.step(name, ...)``) that began and never finished:
+    #: the step's name (``key`` is then the step's own key); ``None`` for the call itself.
+    step: str | None = None
 
 
 #: A hook: the call's result if its effect happened, else ``None``; sync or async.

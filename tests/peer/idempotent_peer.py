@@ -9,7 +9,10 @@ test):
 * ``--idempotent-wrap=toolnode``: the tools handed to ``ToolNode(...)`` (so every
   ``create_react_agent`` too);
 * ``--idempotent-wrap=core``: what ``@tool`` / ``tool(...)``, ``StructuredTool.from_function``
-  and ``Tool.from_function`` return.
+  and ``Tool.from_function`` return;
+* ``--idempotent-wrap=middleware``: every ``create_agent`` gets an ``IdempotencyMiddleware``
+  naming all its tools, first in its list (outside the test's own middleware, e.g.
+  LangChain's ``HumanInTheLoopMiddleware``); the tools themselves are not wrapped.
 
 ``--idempotent-mode``:
 
@@ -109,6 +112,31 @@ def _patch_toolnode() -> None:
     tool_node.ToolNode.__init__ = __init__  # type: ignore[method-assign]
 
 
+def _patch_create_agent() -> None:
+    import langchain.agents as agents_pkg
+    from langchain.agents import factory
+
+    from langchain_idempotent import IdempotencyMiddleware
+
+    original = factory.create_agent
+
+    @functools.wraps(original)
+    def create_agent(*args: Any, **kwargs: Any) -> Any:
+        tools = kwargs.get("tools", args[1] if len(args) > 1 else None) or []
+        names = [t.name for t in tools if isinstance(t, BaseTool)]
+        if names:
+            options: dict[str, Any] = (
+                {"scope": _fresh_key} if _MODE == "fresh" else {"key_state": ()}
+            )
+            ours = IdempotencyMiddleware(STORE, tools=names, **options)
+            kwargs["middleware"] = [ours, *kwargs.get("middleware", ())]
+            WRAPPED[0] += len(names)
+        return original(*args, **kwargs)
+
+    factory.create_agent = create_agent  # type: ignore[assignment]
+    agents_pkg.create_agent = create_agent  # type: ignore[attr-defined]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("idempotent-peer")
     group.addoption(
@@ -120,7 +148,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--idempotent-wrap",
         default="",
-        help="comma-separated: toolnode (ToolNode's tools), core (@tool, from_function)",
+        help="comma-separated: toolnode (ToolNode's tools), core (@tool, from_function), "
+        "middleware (IdempotencyMiddleware first in every create_agent)",
     )
 
 
@@ -130,7 +159,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if _MODE == "off":
         return
     for what in filter(None, config.getoption("--idempotent-wrap").split(",")):
-        {"toolnode": _patch_toolnode, "core": _patch_core}[what]()
+        patches = {"toolnode": _patch_toolnode, "core": _patch_core}
+        patches["middleware"] = _patch_create_agent
+        patches[what]()
 
 
 @pytest.hookimpl(wrapper=True)

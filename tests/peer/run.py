@@ -4,6 +4,7 @@ made idempotent.
     python tests/peer/run.py                       # both suites, modes fresh and thread
     python tests/peer/run.py --suite core --mode off     # the suite's own baseline
     python tests/peer/run.py --suite prebuilt --mode thread -- -k interrupt -x
+    python tests/peer/run.py --suite agents --mode thread --wrap middleware -- -k same_tool_twice
 
 The test files come from the sdists of the *installed* versions (``pip download
 --no-binary :all: --no-deps NAME==VERSION``, cached in ``--cache``, default
@@ -18,6 +19,7 @@ The suites' own test dependencies are the ``peer`` extra of ``pyproject.toml``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import os
 import shutil
@@ -317,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     parser.add_argument("--mode", choices=["off", "fresh", "thread", "all"], default="all")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "peer")
+    parser.add_argument(
+        "--wrap",
+        help="what the plugin wraps instead of the suite's default (--idempotent-wrap), e.g. "
+        "middleware: an IdempotencyMiddleware first in every create_agent (agents suite)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args(argv)
     suites = list(SUITES.values()) if args.suite == "all" else [SUITES[args.suite]]
@@ -325,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     for suite in suites:
         root = fetch(suite, args.cache.resolve())
         for mode in modes:
-            outcomes, code = run(suite, mode, root, args.pytest_args)
+            chosen = suite if args.wrap is None else dataclasses.replace(suite, wrap=args.wrap)
+            outcomes, code = run(chosen, mode, root, args.pytest_args)
             failed = {t for t, o in outcomes.items() if o in ("failed", "looped")}
             expected = set(BY_DESIGN[(suite.name, mode)])
             known = set(KNOWN_DEFECTS.get((suite.name, mode), {}))

@@ -71,6 +71,14 @@ class CountingStore(BaseIdempotencyStore):
         self._count("acomplete")
         return await self.inner.acomplete(request)
 
+    def mark_effect(self, held: Held) -> bool:
+        self._count("mark_effect")
+        return self.inner.mark_effect(held)
+
+    async def amark_effect(self, held: Held) -> bool:
+        self._count("amark_effect")
+        return await self.inner.amark_effect(held)
+
     def release(self, held: Held) -> bool:
         self._count("release")
         return self.inner.release(held)
