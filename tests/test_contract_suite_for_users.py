@@ -1,11 +1,12 @@
 """The shipped contract suite, run as a store author runs it: in their own project.
 
 The module below is the one ``langchain_idempotent.testing``'s docstring shows, on the
-in-memory store, run by pytest in a directory of its own (no configuration of this
-repository: pytest-asyncio in its default strict mode) with every ``PytestWarning`` an
-error: the suite passes and warns about nothing. So does the custom store that
-docs/stores/index.md writes against the store protocol ("Write your own store"), as it
-stands on the page.
+in-memory store with the clock hook it describes (leases moved past, not slept out), run
+by pytest in a directory of its own (no configuration of this repository: pytest-asyncio
+in its default strict mode) with every ``PytestWarning`` an error: the suite passes and
+warns about nothing. So does the custom store that docs/stores/index.md writes against
+the store protocol ("Write your own store"), as it stands on the page (no clock hook:
+its leases are waited out in real time).
 """
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ from collections.abc import Iterator
 import pytest
 
 from langchain_idempotent.stores.memory import InMemoryIdempotencyStore
-from langchain_idempotent.testing import StoreContractTests
+from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 
 class TestMyStore(StoreContractTests):
     @pytest.fixture
-    def store(self) -> Iterator[InMemoryIdempotencyStore]:
-        s = InMemoryIdempotencyStore()
+    def clock(self) -> FakeClock:
+        return FakeClock(ticking=True)
+
+    @pytest.fixture
+    def store(self, clock: FakeClock) -> Iterator[InMemoryIdempotencyStore]:
+        s = InMemoryIdempotencyStore(clock=clock)
         yield s
         s.close()
 """

@@ -12,8 +12,12 @@ from langchain_idempotent.testing import FakeClock, StoreContractTests
 
 class TestInMemoryStore(StoreContractTests):
     @pytest.fixture
-    def store(self) -> InMemoryIdempotencyStore:
-        return InMemoryIdempotencyStore()
+    def clock(self) -> FakeClock:
+        return FakeClock(ticking=True)
+
+    @pytest.fixture
+    def store(self, clock: FakeClock) -> InMemoryIdempotencyStore:
+        return InMemoryIdempotencyStore(clock=clock)
 
 
 def test_leases_and_retention_follow_the_stores_clock_not_the_wall_clock() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
-import pickle
 import random
 import sqlite3
 import threading
@@ -24,7 +23,7 @@ import pytest
 
 from langchain_idempotent.core.record import ClaimOutcome, Completion, State
 from langchain_idempotent.core.store import ClaimRequest, CompleteRequest, Held
-from langchain_idempotent.errors import CorruptRecordError, StoreUnavailableError
+from langchain_idempotent.errors import StoreUnavailableError
 from langchain_idempotent.stores import SqliteIdempotencyStore
 from langchain_idempotent.stores.sqlite import _store as sqlite_module
 from langchain_idempotent.testing import FakeClock, StoreContractTests
@@ -39,11 +38,59 @@ fork_only = pytest.mark.skipif(
 
 
 class TestSqliteStoreContract(StoreContractTests):
+    picklable = True
+
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[SqliteIdempotencyStore]:
-        s = SqliteIdempotencyStore(tmp_path / "idem.sqlite")
+    def clock(self) -> FakeClock:
+        return FakeClock(ticking=True)
+
+    @pytest.fixture
+    def store(self, tmp_path: Path, clock: FakeClock) -> Iterator[SqliteIdempotencyStore]:
+        s = SqliteIdempotencyStore(tmp_path / "idem.sqlite", clock=clock)
         yield s
         s.close()
+
+    @pytest.fixture
+    def second_store(
+        self, store: SqliteIdempotencyStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    ) -> Iterator[SqliteIdempotencyStore]:
+        # It never polls within a test: a waiter on it is woken by the in-process wake-up.
+        monkeypatch.setattr(sqlite_module, "_FIRST_POLL", 30.0)
+        s = SqliteIdempotencyStore(store.path, clock=clock, poll_interval=30.0)
+        yield s
+        s.close()
+
+    @pytest.fixture
+    def corruptions(self, store: SqliteIdempotencyStore) -> dict[str, Callable[[str], None]]:
+        def plant(change: str) -> Callable[[str], None]:
+            def write(key: str) -> None:
+                with closing(raw(store.path)) as db:
+                    db.execute(f"UPDATE {TABLE} SET {change} WHERE key = ?", (key,))
+
+            return write
+
+        return {name: plant(change) for name, change in CORRUPTIONS.items()}
+
+    @pytest.fixture
+    def newer_schema(self, store: SqliteIdempotencyStore) -> Callable[[], SqliteIdempotencyStore]:
+        def mark() -> SqliteIdempotencyStore:
+            with closing(raw(store.path)) as db:
+                db.execute("UPDATE langchain_idempotent_layout SET version = 99")
+            return SqliteIdempotencyStore(store.path)
+
+        return mark
+
+
+#: Rows the store must refuse (``SET`` clauses), planted by the contract's corrupt-record test.
+CORRUPTIONS = {
+    "unknown format version": "version = 99",
+    "unknown state": "state = 'exploded'",
+    "fence is text": "fence = 'one'",
+    "payload is text": "payload = 'not a blob'",
+    "meta is not json": "meta = '{not json'",
+    "meta is not an object of strings": "meta = '{\"thread_id\": 7}'",
+    "expiry is text": "expires_at = 'someday'",
+}
 
 
 @pytest.fixture
@@ -184,16 +231,6 @@ def test_a_closed_store_reconnects_on_next_use(store: SqliteIdempotencyStore) ->
     assert store.get("k") is not None
 
 
-def test_a_store_pickles_as_its_configuration(db_path: Path) -> None:
-    store = SqliteIdempotencyStore(db_path, table="t3", busy_timeout=1.0)
-    claim(store, "k", "a")
-    copy = pickle.loads(pickle.dumps(store))
-    assert repr(copy) == repr(store)
-    assert claim(copy, "k", "b").outcome is ClaimOutcome.BUSY
-    store.close()
-    copy.close()
-
-
 def test_two_tables_in_one_file_are_independent(db_path: Path) -> None:
     a = SqliteIdempotencyStore(db_path, table="tenant_a")
     b = SqliteIdempotencyStore(db_path, table="tenant_b")
@@ -202,16 +239,6 @@ def test_two_tables_in_one_file_are_independent(db_path: Path) -> None:
     assert a.get("k").owner == "a"  # type: ignore[union-attr]
     a.close()
     b.close()
-
-
-def test_a_table_written_by_a_newer_schema_is_refused(db_path: Path) -> None:
-    claim(SqliteIdempotencyStore(db_path), "k", "a")
-    with closing(raw(db_path)) as db:
-        db.execute("UPDATE langchain_idempotent_layout SET version = 99")
-    with pytest.raises(StoreUnavailableError, match="schema version 99") as err:
-        SqliteIdempotencyStore(db_path).get("k")
-    assert err.value.key == "k"
-    assert "newer langchain-idempotent" in str(err.value) and "Keep the table" in str(err.value)
 
 
 def _schema_of(db_path: Path) -> list[tuple[Any, ...]]:
@@ -274,55 +301,6 @@ def test_a_fresh_file_gets_layout_1_and_setting_it_up_again_changes_nothing(
     assert claim(again, "k", "a").outcome is ClaimOutcome.OWNED
     again.close()
     assert _schema_of(db_path) == before
-
-
-# -- corrupt rows ------------------------------------------------------------------------------
-
-CORRUPTIONS = {
-    "unknown format version": "version = 99",
-    "unknown state": "state = 'exploded'",
-    "fence is text": "fence = 'one'",
-    "payload is text": "payload = 'not a blob'",
-    "meta is not json": "meta = '{not json'",
-    "meta is not an object of strings": "meta = '{\"thread_id\": 7}'",
-    "expiry is text": "expires_at = 'someday'",
-}
-
-
-@pytest.mark.parametrize("corruption", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
-def test_a_corrupt_row_is_refused_with_the_key_and_can_still_be_deleted(
-    store: SqliteIdempotencyStore, db_path: Path, corruption: str
-) -> None:
-    c = claim(store, "bad", "a", meta={"thread_id": "t"})
-    complete(store, "bad", "a", c.fence, b"r")
-    with closing(raw(db_path)) as db:
-        db.execute(f"UPDATE {TABLE} SET {corruption} WHERE key = 'bad'")
-    operations: dict[str, Callable[[], object]] = {
-        "get": lambda: store.get("bad"),
-        "claim": lambda: claim(store, "bad", "b"),
-        "complete": lambda: complete(store, "bad", "b", 1, b"other"),
-        "renew": lambda: store.renew(Held("bad", owner="a", fence=1), lease_ms=LONG_MS),
-        "release": lambda: store.release(Held("bad", owner="a", fence=1)),
-        "list": lambda: store.list(thread_id="t"),
-    }
-    for name, op in operations.items():
-        with pytest.raises(CorruptRecordError) as err:
-            op()
-        assert err.value.key == "bad", name
-    assert store.delete("bad")
-    assert claim(store, "bad", "b").outcome is ClaimOutcome.ACQUIRED
-
-
-def test_a_corrupt_row_is_never_overwritten_by_a_write(
-    store: SqliteIdempotencyStore, db_path: Path
-) -> None:
-    claim(store, "bad", "a")
-    with closing(raw(db_path)) as db:
-        db.execute(f"UPDATE {TABLE} SET version = 2 WHERE key = 'bad'")
-    with pytest.raises(CorruptRecordError):
-        complete(store, "bad", "a", 1, b"r")
-    with closing(raw(db_path)) as db:
-        assert db.execute(f"SELECT version, payload FROM {TABLE}").fetchall() == [(2, None)]
 
 
 # -- locking -----------------------------------------------------------------------------------
@@ -446,30 +424,6 @@ def test_list_and_purge_by_thread_or_namespace_are_index_lookups(
 
 
 # -- wake-ups ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("action", ["complete", "release", "delete"])
-def test_a_change_through_another_store_object_wakes_a_waiter_without_polling(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch, action: str
-) -> None:
-    monkeypatch.setattr(sqlite_module, "_FIRST_POLL", 30.0)
-    waiter = SqliteIdempotencyStore(db_path, poll_interval=30.0)
-    writer = SqliteIdempotencyStore(db_path)
-    c = claim(writer, "k", "a")
-    changes = {
-        "complete": lambda: complete(writer, "k", "a", c.fence, b"r"),
-        "release": lambda: writer.release(Held("k", owner="a", fence=c.fence)),
-        "delete": lambda: writer.delete("k"),
-    }
-    timer = threading.Timer(0.1, changes[action])
-    timer.start()
-    started = time.monotonic()
-    waiter.watch("k", fence=c.fence, timeout=10.0)
-    waited = time.monotonic() - started
-    timer.join()
-    assert 0.09 <= waited < 1.0
-    waiter.close()
-    writer.close()
 
 
 async def test_a_completion_in_this_process_wakes_an_async_waiter_without_polling(

@@ -21,7 +21,9 @@ inline, as sync code) and once against their async twins. The guarantees, by mod
 - ``_operator``: get, list, delete, purge, close;
 - ``_concurrency``: racing threads and tasks, large payloads, odd keys;
 - ``_model``: random operation sequences against a pure model built from the protocol
-  functions, asserting identical answers and records.
+  functions, asserting identical answers and records;
+- ``_backend``: through the hooks below, a waiter woken across store objects, corrupt
+  records, a newer release's backend, pickling.
 
 Besides the decision table, the suite holds every store to these rules:
 
@@ -54,17 +56,51 @@ Use it from your own test module (needs ``pytest``, ``pytest-asyncio`` and ``hyp
             yield s
             s.close()
 
-Timing tests use short leases and the store's own clock; tune ``short_lease_ms``,
-``wake_latency_s`` and ``late_return_s`` on the subclass if a backend is slower.
-:class:`FakeClock` is a hand-moved clock for stores that take a ``clock``.
+**Time.** Lease expiry, takeovers and retention are tested on short leases
+(``short_lease_ms``) that must pass on the store's clock. If your store takes a clock,
+give the suite a ``clock`` fixture: the :class:`FakeClock` (``ticking=True``) your
+``store`` fixture passes to the store; the suite then moves it past each lease instead of
+sleeping (any object with ``advance(ms)`` will do: :class:`MovableClock`)::
+
+    class TestMyStore(StoreContractTests):
+        @pytest.fixture
+        def clock(self) -> FakeClock:
+            return FakeClock(ticking=True)
+
+        @pytest.fixture
+        def store(self, clock: FakeClock) -> MyIdempotencyStore:
+            return MyIdempotencyStore(clock=clock)
+
+Without one (a store on a server's clock, like Redis ``TIME`` or PostgreSQL
+``clock_timestamp()``), those tests wait each lease out in real time: keep
+``short_lease_ms`` as short as the store's round trips allow (tens of ms) and
+``expiry_margin_ms`` over the clock skew between the store and this host. Wake-up and
+watch-timeout tests always run in real time; tune ``wake_latency_s`` and
+``late_return_s`` if a backend is slower.
+
+**Hooks.** Four guarantees need a way into the backend; each is a fixture the subclass
+may override (a test whose hook is not given is skipped, and says which hook to give):
+
+- ``second_store``: another store object on the same backend (the same file, server
+  prefix or table): a waiter on one is woken by a completion, release or delete made
+  through the other;
+- ``corruptions``: ``{name: plant}``, each ``plant(key)`` overwriting the record under
+  ``key`` with bytes or a row the store must refuse: ``get``, ``claim`` and ``complete``
+  raise :class:`~langchain_idempotent.errors.CorruptRecordError` naming the key, no
+  write replaces or changes it, ``list`` never returns it, and ``delete`` still removes it;
+- ``newer_schema``: marks the backend as written by a newer release and returns a fresh
+  store object on it, which must refuse to work (``StoreUnavailableError`` saying so);
+- ``picklable = True`` (a class attribute): the store pickles as its configuration, and
+  the copy works on the same records.
 """
 
 from __future__ import annotations
 
 from ._abandon import AbandonContract
+from ._backend import BackendContract
 from ._batch import BatchClaimContract
 from ._claim import ClaimContract
-from ._clock import FakeClock
+from ._clock import FakeClock, MovableClock
 from ._complete import CompleteContract
 from ._concurrency import ConcurrencyContract
 from ._effect import EffectContract
@@ -73,7 +109,7 @@ from ._model import ModelContract
 from ._operator import OperatorContract
 from ._watch import WatchContract
 
-__all__ = ["FakeClock", "StoreContractTests"]
+__all__ = ["FakeClock", "MovableClock", "StoreContractTests"]
 
 
 class StoreContractTests(
@@ -87,6 +123,7 @@ class StoreContractTests(
     OperatorContract,
     ConcurrencyContract,
     ModelContract,
+    BackendContract,
 ):
     """The guarantees every :class:`~langchain_idempotent.stores.BaseIdempotencyStore`
     gives, through its sync operations and through their async twins.

@@ -118,7 +118,7 @@ class AbandonContract(ContractBase):
         assert taken.reason == "lease_expired"
         key2 = new_key()
         await face.claim(key2, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         expired = await face.claim(key2, "b", on_expired="raise")
         assert (expired.outcome, expired.reason) == (ClaimOutcome.EXPIRED, "lease_expired")
 

@@ -71,7 +71,7 @@ class BatchClaimContract(ContractBase):
         keys = [new_key(f"x{i}") for i in range(3)]
         for k in keys:
             await face.claim(k, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         claims = await face.claim_many([request(k, "b") for k in keys])
         assert [(c.outcome, c.fence, c.attempt) for c in claims] == [
             (ClaimOutcome.TAKEOVER, 2, 2)

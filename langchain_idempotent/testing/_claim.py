@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from ..core.record import ClaimOutcome, State
@@ -46,7 +44,7 @@ class ClaimContract(ContractBase):
         lease = self.short_lease_ms if state == "expired" else LONG_MS
         c = await face.claim(key, "a", lease_ms=lease)
         if state == "expired":
-            await self.sleep_past_lease()
+            await self.sleep_past_lease(face)
         elif state == "free":
             assert await face.release(key, owner="a", fence=c.fence)
         elif state in ("completed", "failed"):
@@ -81,7 +79,7 @@ class ClaimContract(ContractBase):
         key = new_key()
         first = await face.claim(key, "a", lease_ms=5_000)
         before = require(await face.get(key)).lease_until
-        await asyncio.sleep(0.02)
+        await self.pass_time(face, 20)
         again = await face.claim(key, "a", lease_ms=5_000)
         assert (again.outcome, again.fence, again.attempt) == (ClaimOutcome.OWNED, 1, 1)
         assert again.outcome.runs
@@ -93,7 +91,7 @@ class ClaimContract(ContractBase):
     async def test_an_owner_reclaiming_its_own_expired_lease_gets_it_back(self, face: Face) -> None:
         key = new_key()
         await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         again = await face.claim(key, "a", on_expired="raise")
         assert (again.outcome, again.fence, again.attempt) == (ClaimOutcome.OWNED, 1, 1)
 
@@ -102,7 +100,7 @@ class ClaimContract(ContractBase):
     ) -> None:
         key = new_key()
         await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         t = await face.claim(key, "b")
         assert t.outcome is ClaimOutcome.TAKEOVER
         assert t.outcome.runs
@@ -116,7 +114,7 @@ class ClaimContract(ContractBase):
     ) -> None:
         key = new_key()
         await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         before = require(await face.get(key))
         e = await face.claim(key, "b", on_expired="raise")
         assert e.outcome is ClaimOutcome.EXPIRED

@@ -87,7 +87,7 @@ class CompleteContract(ContractBase):
             assert time.monotonic() - written >= self.short_lease_ms / 1000
         else:
             assert rec.state is State.COMPLETED
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         assert await face.get(key) is None
         assert key not in {r.key for r in await face.list()}
         again = await face.claim(key, "b")
@@ -98,6 +98,6 @@ class CompleteContract(ContractBase):
     ) -> None:
         key = new_key()
         c = await face.claim(key, "a", lease_ms=LONG_MS, ttl_ms=self.short_lease_ms // 2)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         assert (await face.claim(key, "b")).outcome is ClaimOutcome.BUSY
         assert await face.renew(key, owner="a", fence=c.fence, lease_ms=LONG_MS)

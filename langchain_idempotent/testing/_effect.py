@@ -54,7 +54,7 @@ class EffectContract(ContractBase):
     ) -> None:
         key = new_key()
         c = await face.claim(key, "a", lease_ms=self.short_lease_ms, boundary=True)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         retry = await face.claim(key, "b", on_expired=policy, boundary=True)
         assert retry.outcome is ClaimOutcome.RETRY
         assert retry.outcome.runs
@@ -70,7 +70,7 @@ class EffectContract(ContractBase):
         key = new_key()
         c = await face.claim(key, "a", lease_ms=self.short_lease_ms, boundary=True)
         assert await face.mark_effect(key, owner="a", fence=c.fence)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         got = await face.claim(key, "b", on_expired=policy, boundary=True)
         want = ClaimOutcome.TAKEOVER if policy == "takeover" else ClaimOutcome.EXPIRED
         assert (got.outcome, got.entered, got.reason) == (want, True, "lease_expired")
@@ -87,10 +87,10 @@ class EffectContract(ContractBase):
         a = await face.claim(key, "a", lease_ms=self.short_lease_ms, boundary=mark)
         if mark:
             assert await face.mark_effect(key, owner="a", fence=a.fence)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         b = await face.claim(key, "b", lease_ms=self.short_lease_ms, boundary=True)
         assert b.outcome is ClaimOutcome.TAKEOVER
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         c = await face.claim(key, "c", boundary=True)
         assert (c.outcome, c.entered) == (ClaimOutcome.TAKEOVER, mark)
         assert (c.fence, c.attempt) == (a.fence + 2, 3)
@@ -123,7 +123,7 @@ class EffectContract(ContractBase):
     async def test_an_unmarked_attempt_is_taken_over_as_uncertain_as_ever(self, face: Face) -> None:
         key = new_key()
         await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         got = await face.claim(key, "b", boundary=True)
         assert (got.outcome, got.entered) == (ClaimOutcome.TAKEOVER, False)
 

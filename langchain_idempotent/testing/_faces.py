@@ -32,6 +32,7 @@ from ..core.record import (
     abandon_kwargs,
 )
 from ..core.store import BaseIdempotencyStore, ClaimRequest, CompleteRequest, Held
+from ._clock import MovableClock
 
 #: A lease that never expires during a test.
 LONG_MS = 60_000
@@ -70,12 +71,17 @@ class Face:
     """One face of a store: its sync operations or their async twins, behind async methods.
 
     ``claim`` and ``complete`` default to a long lease, a long retention and the
-    fingerprint :data:`FP`, so a test spells out only what it is about.
+    fingerprint :data:`FP`, so a test spells out only what it is about. ``clock`` is the
+    store's movable clock (the contract's ``clock`` fixture), or ``None``: time passes by
+    waiting.
     """
 
-    def __init__(self, store: BaseIdempotencyStore, name: FaceName) -> None:
+    def __init__(
+        self, store: BaseIdempotencyStore, name: FaceName, clock: MovableClock | None = None
+    ) -> None:
         self.store = store
         self.name: FaceName = name
+        self.clock = clock
 
     def __repr__(self) -> str:
         return f"Face({self.name}, {type(self.store).__name__})"
@@ -83,7 +89,7 @@ class Face:
     @property
     def other(self) -> Face:
         """The store's other face."""
-        return Face(self.store, "async" if self.name == "sync" else "sync")
+        return Face(self.store, "async" if self.name == "sync" else "sync", self.clock)
 
     @property
     def sync(self) -> Face:
@@ -230,7 +236,9 @@ class Face:
 
 class ContractBase:
     """What every part of :class:`~langchain_idempotent.testing.StoreContractTests` shares:
-    the timing knobs a subclass may tune and the ``face`` fixture built on its ``store``."""
+    the timing knobs a subclass may tune, the hooks it may provide (``clock``,
+    ``second_store``, ``corruptions``, ``newer_schema``) and the ``face`` fixture built on
+    its ``store``."""
 
     pytestmark: ClassVar[builtins.list[pytest.MarkDecorator]] = [pytest.mark.asyncio]
 
@@ -247,12 +255,32 @@ class ContractBase:
     late_return_s: ClassVar[float] = 1.0
     #: Examples per run of the model-based property tests.
     model_examples: ClassVar[int] = 50
+    #: How long past a lease's end a test waits before it counts on the lease having
+    #: passed, when it waits in real time (no ``clock``): covers the store's clock ticking
+    #: apart from this host's (a server's ``TIME``) and a round trip.
+    expiry_margin_ms: ClassVar[int] = 50
+
+    @pytest.fixture
+    def clock(self) -> MovableClock | None:
+        """The store's clock, if a test can move it: override this fixture to return the
+        :class:`~langchain_idempotent.testing.FakeClock` (``ticking=True``) your ``store``
+        fixture passes as the store's ``clock``, and lease expiry, takeovers and retention
+        are tested by moving it, without sleeping. ``None`` (the default): the store reads a
+        clock no test can move (a server's), and those tests wait the short lease out in
+        real time (keep ``short_lease_ms`` small, tens of ms, if the store is fast).
+        Wake-up and watch-timeout tests always run in real time: they measure it."""
+        return None
 
     @pytest.fixture(params=["sync", "async"])
-    def face(self, request: pytest.FixtureRequest, store: BaseIdempotencyStore) -> Face:
+    def face(
+        self,
+        request: pytest.FixtureRequest,
+        store: BaseIdempotencyStore,
+        clock: MovableClock | None,
+    ) -> Face:
         """The store behind its sync operations, then behind their async twins."""
         name: FaceName = request.param
-        return Face(store, name)
+        return Face(store, name, clock)
 
     def assert_woken(self, changed_at: builtins.list[float], ended: float) -> None:
         """A watch that ended at ``ended`` was woken by the change made at ``changed_at[0]``:
@@ -266,14 +294,25 @@ class ContractBase:
             "slower than that (raise wake_latency_s on the subclass)"
         )
 
-    async def sleep_past_lease(self) -> None:
-        await asyncio.sleep(self.short_lease_ms / 1000 + 0.05)
+    async def pass_time(self, face: Face, ms: int) -> None:
+        """Let ``ms`` milliseconds pass on the store's clock: move it (``clock``) or wait."""
+        if face.clock is not None:
+            face.clock.advance(ms)
+        else:
+            await asyncio.sleep(ms / 1000)
+
+    async def sleep_past_lease(self, face: Face) -> None:
+        """Let a ``short_lease_ms`` lease (or retention) taken just now pass."""
+        if face.clock is not None:
+            face.clock.advance(self.short_lease_ms)
+        else:
+            await asyncio.sleep((self.short_lease_ms + self.expiry_margin_ms) / 1000)
 
     async def taken_over(self, face: Face, key: str) -> tuple[Claim, Claim]:
         """Owner ``a`` claims ``key`` on a short lease, the lease passes, owner ``b`` takes
         over. Returns both claims: ``(a's, b's)``."""
         old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         new = await face.claim(key, "b")
         assert new.outcome is ClaimOutcome.TAKEOVER
         return old, new

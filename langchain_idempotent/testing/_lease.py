@@ -67,7 +67,7 @@ class LeaseContract(ContractBase):
         key = new_key()
         c = await face.claim(key, "a", lease_ms=self.short_lease_ms)
         assert await face.renew(key, owner="a", fence=c.fence, lease_ms=LONG_MS)
-        await self.sleep_past_lease()
+        await self.sleep_past_lease(face)
         assert (await face.claim(key, "b")).outcome is ClaimOutcome.BUSY
 
     async def test_renew_fails_on_an_absent_completed_or_released_key(self, face: Face) -> None:

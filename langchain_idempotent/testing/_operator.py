@@ -55,7 +55,7 @@ class OperatorContract(ContractBase):
         assert rec.version == FORMAT_VERSION
         assert dict(rec.meta) == meta
         assert not rec.done
-        await asyncio.sleep(0.01)
+        await self.pass_time(face, 10)
         await face.complete(key, "owner-a", 1, b"\x00done", failed=failed)
         done = require(await face.get(key))
         assert (done.state, done.owner, done.fence, done.attempt) == (
