@@ -328,11 +328,9 @@ async def test_memory_agents_node_stores_each_memory_once_when_retried(
 ) -> None:
     """memory-agent's ``store_memory`` node, as the template writes it: the tool function
     called for each tool call with the node's config and store, concurrently."""
-    # key_exclude: the BaseStore handle the template injects with InjectedToolArg (not
-    # InjectedStore) has no canonical form; what a key reads is issue 37's other part.
-    upsert = (
-        idempotent(upsert_memory, store=store, key_exclude=["store"]) if wrapped else upsert_memory
-    )
+    # No options: the BaseStore handle it injects with InjectedToolArg is never a key
+    # input, and its injected config is keyed by what the tool reads of it.
+    upsert = idempotent(upsert_memory, store=store) if wrapped else upsert_memory
     outages = iter([ConnectionError("vector index timed out")])
     asked = calls(
         call("upsert_memory", {"content": "likes French", "context": "career chat"}),

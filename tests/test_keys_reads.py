@@ -29,6 +29,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_config
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState, ToolNode, ToolRuntime
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 from langchain_idempotent.adapters.keys import explain_key
@@ -548,3 +550,40 @@ def test_async_calls_for_two_customers_are_each_paid_once_and_told_their_own(kin
     told = asyncio.run(turns())
     assert told == ["refunded 15.0 to alice", "refunded 15.0 to bob", "refunded 15.0 to alice"]
     assert refunds.paid == {"alice": 1, "bob": 1}
+
+
+def test_memory_agents_injected_config_and_store_need_no_declaration() -> None:
+    """LangChain's memory-agent template: ``config: Annotated[RunnableConfig,
+    InjectedToolArg]`` and ``store: Annotated[BaseStore, InjectedToolArg]``, filled in by
+    its own node. The store is a handle (never a key input) and the config is keyed by what
+    the tool reads of it (``user_id``), not by value: per-run knobs change nothing."""
+    stored: list[tuple[str, str]] = []
+
+    async def upsert_memory(
+        content: str,
+        *,
+        config: Annotated[RunnableConfig, InjectedToolArg],
+        store: Annotated[BaseStore, InjectedToolArg],
+    ) -> str:
+        """Upsert a memory.
+
+        Args:
+            content: The main content of the memory.
+        """
+        user = config["configurable"]["user_id"]
+        stored.append((user, content))
+        await store.aput(("memories", user), str(len(stored)), {"content": content})
+        return f"stored for {user}"
+
+    wrapped = idempotent(upsert_memory, store=InMemoryIdempotencyStore())
+    memories = InMemoryStore()
+
+    def call(user: str, run_id: str) -> str:
+        configurable = {"thread_id": "t-1", "user_id": user, "run_id": run_id}
+        config: RunnableConfig = {"configurable": configurable}
+        return asyncio.run(wrapped(content="likes tea", config=config, store=memories))
+
+    assert call("alice", "run-1") == "stored for alice"
+    assert call("bob", "run-1") == "stored for bob"  # another user read: its own effect
+    assert call("alice", "run-2") == "stored for alice"  # a retry on another run: replayed
+    assert stored == [("alice", "likes tea"), ("bob", "likes tea")]

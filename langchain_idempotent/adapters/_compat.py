@@ -421,6 +421,9 @@ class InjectedParams:
     whole_state: tuple[str, ...] = ()
     #: The parameter that gets the ``ToolRuntime`` (annotated, or by the name ``runtime``).
     runtime: str | None = None
+    #: ``InjectedToolArg`` parameters typed ``RunnableConfig`` (memory-agent's ``config``):
+    #: handed a view of the config, keyed by what the tool reads of it, not by value.
+    configs: tuple[str, ...] = ()
     #: Every injected parameter (store, call id and runtime too): never a model argument.
     hidden: frozenset[str] = frozenset()
     #: State channels declared ``UntrackedValue`` in the state type the tool is given:
@@ -459,6 +462,9 @@ def injected_params(tool: BaseTool) -> InjectedParams:
         if name is not None:
             injected.add(name)
     special = set(found.state) | call_ids | {found.store, found.runtime}
+    special |= {name for name in injected if _is_store_handle(hints.get(name))}
+    configs = {name for name in injected - special if _is_config(hints.get(name))}
+    special |= configs
     whole = [name for name, state_field in found.state.items() if not state_field]
     if found.runtime is not None and not _runtime_for_interceptors(tool):
         whole.append(found.runtime)
@@ -467,9 +473,31 @@ def injected_params(tool: BaseTool) -> InjectedParams:
         state_fields=tuple(sorted((p, f) for p, f in found.state.items() if f)),
         whole_state=tuple(sorted(whole)),
         runtime=found.runtime,
+        configs=tuple(sorted(configs)),
         hidden=frozenset(injected),
         untracked=frozenset(f for name in whole for f in _untracked_channels(declared.get(name))),
     )
+
+
+def _is_store_handle(hint: Any) -> bool:
+    """An injected parameter typed as a LangGraph ``BaseStore`` (memory-agent's
+    ``store: Annotated[BaseStore, InjectedToolArg]``, filled in by the application): a
+    handle like ToolNode's ``InjectedStore``, never a key input."""
+    import typing
+
+    from langgraph.store.base import BaseStore
+
+    base = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+    return isinstance(base, type) and issubclass(base, BaseStore)
+
+
+def _is_config(hint: Any) -> bool:
+    """An injected parameter typed ``RunnableConfig`` (a TypedDict: compared as the type)."""
+    import typing
+
+    from langchain_core.runnables import RunnableConfig
+
+    return hint is not None and RunnableConfig in (hint, *typing.get_args(hint))
 
 
 def _untracked_channels(hint: Any) -> set[str]:

@@ -121,10 +121,14 @@ def handed(
     values: Mapping[str, Any], params: InjectedParams, reads: Reads
 ) -> dict[str, Any] | None:
     """The tool's injected values (``values``: its arguments by name) with the whole
-    state and the ``ToolRuntime`` replaced by views; ``None`` when it is handed neither."""
-    if not params.whole_state:
+    state, the ``ToolRuntime`` and an injected ``RunnableConfig`` replaced by views;
+    ``None`` when it is handed none of them."""
+    if not params.whole_state and not params.configs:
         return None
     out = dict(values)
+    for name in params.configs:
+        if isinstance(out.get(name), Mapping):
+            out[name] = view_config(out[name], reads)
     for name in params.whole_state:
         if name not in out:
             continue
