@@ -60,6 +60,10 @@ def refund_tool(effects: Effects) -> BaseTool:
     )
 
 
+#: A lease no stall of a loaded CI machine outlasts (see docs/effects.md, "Leases").
+LEASE = 60
+
+
 def jittered(call: Any) -> bool:
     """Ask about every call, after a random pause: the threads arrive in any order."""
     time.sleep(random.random() / 100)
@@ -144,7 +148,9 @@ async def test_each_parallel_call_in_a_tool_node_gets_its_own_decision(
     calls = invoices(len(plan))
     for attempt in range(3):  # three arrival orders per case
         effects = Effects()
-        refund = idempotent(refund_tool(effects), store=any_store, approval=jittered)
+        # LEASE: these tests are about routing decisions, not takeovers; the 2 s default lease
+        # can lapse on an overloaded CI machine (a stall past 1.5 s is a takeover by design).
+        refund = idempotent(refund_tool(effects), store=any_store, approval=jittered, lease=LEASE)
         model = ScriptedChatModel(then=on_each_turn(*(("issue_refund", a) for a in calls)))
         graph = tool_graph(model, [refund], checkpointer=InMemorySaver())
         reviewer = Reviewer({a["invoice_id"]: d for a, d in zip(calls, plan, strict=True)})
@@ -210,7 +216,10 @@ def test_against_a_plain_interrupt_in_the_tool_each_answer_reaches_its_own_call(
             effects = Effects()
             tool = (
                 idempotent(
-                    refund_tool(effects), store=InMemoryIdempotencyStore(), approval=jittered
+                    refund_tool(effects),
+                    store=InMemoryIdempotencyStore(),
+                    approval=jittered,
+                    lease=LEASE,
                 )
                 if name == "ours"
                 else interrupting_refund_tool(effects)
@@ -256,7 +265,9 @@ async def test_plain_hitl_middleware_with_parallel_calls(mode: str) -> None:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_approval_outside_a_graph_is_our_clear_error(mode: str) -> None:
     effects = Effects()
-    refund = idempotent(refund_tool(effects), store=InMemoryIdempotencyStore(), approval=True)
+    refund = idempotent(
+        refund_tool(effects), store=InMemoryIdempotencyStore(), approval=True, lease=LEASE
+    )
     config: RunnableConfig = {"configurable": {"idempotency_scope": "order-1"}}
     with pytest.raises(IdempotencyError, match=r"needs human approval.*LangGraph graph") as err:
         if mode == "async":
