@@ -17,13 +17,13 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.tools import InjectedToolArg, tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import InjectedState, ToolNode
+from langgraph.prebuilt import InjectedState
 
 from langchain_idempotent import InMemoryIdempotencyStore, get_idempotency_context, idempotent
 from langchain_idempotent.adapters.keys import explain_key
 from langchain_idempotent.core import keys
 from langchain_idempotent.core.reads import reads_key
+from tests.support.graphs import ScriptedChatModel, on_each_turn, tool_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,10 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def refund(invoice_id: str, amount: float) -> str:
     """Refund an invoice."""
     return f"refunded {amount} on {invoice_id}"
-
-
-class _State(MessagesState):
-    customer: str
 
 
 @tool
@@ -179,19 +175,10 @@ def test_a_tool_node_step_hands_its_tool_the_golden_key() -> None:
         seen.append(ctx.key)
         return "ok"
 
-    def model(state: MessagesState) -> dict[str, Any]:
-        from langchain_core.messages import AIMessage
-
-        call = {"name": "refund", "args": ARGS, "id": "call_1", "type": "tool_call"}
-        return {"messages": [AIMessage("", tool_calls=[call])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("model", model)
-    builder.add_node("tools", ToolNode([idempotent(refund, store=InMemoryIdempotencyStore())]))
-    builder.add_edge(START, "model")
-    builder.add_edge("model", "tools")
-    builder.add_edge("tools", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+    model = ScriptedChatModel(then=on_each_turn(("refund", ARGS)))
+    graph = tool_graph(
+        model, [idempotent(refund, store=InMemoryIdempotencyStore())], checkpointer=InMemorySaver()
+    )
     graph.invoke({"messages": [("user", "refund INV-7")]}, {"configurable": {"thread_id": "t-1"}})
     # a ToolNode's checkpoint_ns is "tools:<task id>": the same parts as GOLDEN["thread"]
     assert seen == ["9b8eb416732b10f0b50cfb71399d37aada17dd42c4f5a90ce541b044c81fe0af"]

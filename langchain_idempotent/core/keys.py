@@ -86,8 +86,14 @@ KEY_VERSION = 4
 #: later, drops the previous recipe.
 HONOURED_VERSION: int | None = None
 
+
+def version_part(key_version: int) -> str:
+    """The version part of a key of format ``key_version`` (and :data:`CANONICAL_VERSION`)."""
+    return f"v{CANONICAL_VERSION}.k{key_version}"
+
+
 #: The version part of every key (:data:`CANONICAL_VERSION` and :data:`KEY_VERSION`).
-VERSION = f"v{CANONICAL_VERSION}.k{KEY_VERSION}"
+VERSION = version_part(KEY_VERSION)
 
 #: ``(namespace, custom key)`` → the agent name that first used it, to warn when a key
 #: function merges two agents (bounded; per process: a warning, never an answer).
@@ -159,7 +165,7 @@ def _derive(
     version: int, info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf
 ) -> DerivedKey:
     """One call's key under key format ``version`` (a recipe of :data:`FORMATS`)."""
-    key = _key_of(*FORMATS[version](info, scope, turn_of, f"v{CANONICAL_VERSION}.k{version}"))
+    key = _key_of(*FORMATS[version](info, scope, turn_of, version_part(version)))
     fingerprint = digest("fp", info.tool, info.canonical_args, info.canonical_inputs)[:32]
     meta = {
         "namespace": info.namespace,
