@@ -30,9 +30,16 @@ WAIT_TIMEOUT_S = 60.0
 
 
 def make_store(kind: str, *, redis_url: str, workdir: str) -> BaseIdempotencyStore:
-    """A store of ``kind``: Redis at ``redis_url``, SQLite in ``workdir``, or in memory."""
+    """A store of ``kind``: Redis at ``redis_url`` (``redis_execute``: its sync calls
+    through redis-py's ``execute_command``, the held-connection fast path off), SQLite in
+    ``workdir``, or in memory."""
     if kind == "redis":
         return RedisIdempotencyStore.from_url(redis_url)
+    if kind == "redis_execute":
+        store = RedisIdempotencyStore.from_url(redis_url)
+        store._clients.sync()  # made once; the fast path it set up is dropped for good
+        store._clients.fast = None
+        return store
     if kind == "sqlite":
         return SqliteIdempotencyStore(os.path.join(workdir, "bench.sqlite"))
     if kind == "memory":
