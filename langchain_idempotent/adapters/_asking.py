@@ -61,6 +61,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 
+from ..core._drive import adrive as core_adrive
+from ..core._drive import drive as core_drive
 from ..core._reconciling import _run_awaitable
 from ..core.record import ClaimOutcome, Record
 from ..core.store import ClaimRequest, CompleteRequest
@@ -225,87 +227,80 @@ Steps = Generator[Step, Any, Any]
 
 
 def drive(steps: Steps, store: BaseIdempotencyStore) -> Any:
-    """Carry out ``steps`` on ``store`` and the tasks' thread conditions; returns what the
-    flow returns. A step's error is raised inside the flow; a lock the flow still holds
-    when it ends (a raised question) is released, waking the calls that wait on it."""
-    held: threading.Condition | None = None
-    reply: Any = None
-    error: BaseException | None = None
+    """Carry out ``steps`` on ``store`` and the tasks' thread conditions (:mod:`.._drive`);
+    returns what the flow returns. A step's error is raised inside the flow; a lock the flow
+    still holds when it ends (a raised question) is released, waking the calls that wait
+    on it."""
+    held: list[threading.Condition] = []
+
+    def perform(step: Step) -> Any:
+        if isinstance(step, Op):
+            method = step.op.value[0](store)
+            return method() if step.arg is None else method(step.arg)
+        if isinstance(step, Hook):
+            reply = step.fn(*step.args)
+            return _run_awaitable(reply) if inspect.isawaitable(reply) else reply
+        cond = step.task.cond
+        if isinstance(step, Hold):
+            cond.acquire()
+            held.append(cond)
+        elif isinstance(step, Wait):
+            cond.wait()
+        else:
+            _woken(step, cond, held)
+        return None
+
     try:
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply, error = None, None
-            try:
-                if isinstance(step, Op):
-                    method = step.op.value[0](store)
-                    reply = method() if step.arg is None else method(step.arg)
-                elif isinstance(step, Hook):
-                    reply = step.fn(*step.args)
-                    if inspect.isawaitable(reply):
-                        reply = _run_awaitable(reply)
-                elif isinstance(step, Hold):
-                    step.task.cond.acquire()
-                    held = step.task.cond
-                elif isinstance(step, Free):
-                    held = None
-                    step.task.cond.notify_all()
-                    step.task.cond.release()
-                elif isinstance(step, Wait):
-                    step.task.cond.wait()
-                else:
-                    step.task.cond.notify_all()
-            except BaseException as exc:
-                error = exc
+        return core_drive(steps, perform, BaseException)
     finally:
-        if held is not None:
-            held.notify_all()
-            held.release()
+        _let_go(held)
 
 
 async def adrive(steps: Steps, store: BaseIdempotencyStore) -> Any:
     """The async face of :func:`drive`: the store's ``a``-methods and the task's
     ``asyncio.Condition``."""
-    held: asyncio.Condition | None = None
-    reply: Any = None
-    error: BaseException | None = None
+    held: list[asyncio.Condition] = []
+
+    async def perform(step: Step) -> Any:
+        if isinstance(step, Op):
+            method = step.op.value[1](store)
+            return await (method() if step.arg is None else method(step.arg))
+        if isinstance(step, Hook):
+            return await _ahook(step)
+        cond = step.task.acond
+        if cond is None:
+            cond = step.task.acond = asyncio.Condition()
+        if isinstance(step, Hold):
+            await cond.acquire()
+            held.append(cond)
+        elif isinstance(step, Wait):
+            await cond.wait()
+        else:
+            _woken(step, cond, held)
+        return None
+
     try:
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as done:
-                return done.value
-            reply, error = None, None
-            try:
-                if isinstance(step, Op):
-                    method = step.op.value[1](store)
-                    reply = await (method() if step.arg is None else method(step.arg))
-                    continue
-                if isinstance(step, Hook):
-                    reply = await _ahook(step)
-                    continue
-                cond = step.task.acond
-                if cond is None:
-                    cond = step.task.acond = asyncio.Condition()
-                if isinstance(step, Hold):
-                    await cond.acquire()
-                    held = cond
-                elif isinstance(step, Free):
-                    held = None
-                    cond.notify_all()
-                    cond.release()
-                elif isinstance(step, Wait):
-                    await cond.wait()
-                else:
-                    cond.notify_all()
-            except BaseException as exc:
-                error = exc
+        return await core_adrive(steps, perform, BaseException)
     finally:
-        if held is not None:
-            held.notify_all()
-            held.release()
+        _let_go(held)
+
+
+def _woken(step: Free | Wake, cond: Any, held: list[Any]) -> None:
+    """Wake the calls waiting on ``cond`` (a thread's or an asyncio condition: both wake
+    and release without blocking); for :class:`Free`, release it too."""
+    if isinstance(step, Free):
+        held.remove(cond)
+        cond.notify_all()
+        cond.release()
+    else:
+        cond.notify_all()
+
+
+def _let_go(held: list[Any]) -> None:
+    """Release the locks a flow still holds when it ends, waking those that wait on them."""
+    for cond in held:
+        cond.notify_all()
+        cond.release()
 
 
 async def _ahook(step: Hook) -> Any:

@@ -69,17 +69,22 @@ class Flow:
     never_terminal: tuple[type[BaseException], ...]
     _counter: EventCounter
 
-    def _flow(self, call: _Call) -> Generator[_Step, Any, Any]:
+    def _flow(self, call: _Call, made: Claim | None = None) -> Generator[_Step, Any, Any]:
         """Claim (waiting out a live lease), then run and complete, or answer without
         running: a replay, a reconciled result, or an unprotected run (fail open, the store
         down). BUSY waits and claims again; MISMATCH and EXPIRED (``on_expired="raise"``)
-        raise. The common first run and replay pass through this one frame."""
+        raise. The common first run and replay pass through this one frame. ``made``: the
+        answer to the first claim, which a batch of sibling calls already made."""
         deadline: float | None = None
         waited: float | None = None  # when the first BUSY answer came (perf_counter)
         while True:
             started = time.perf_counter()
             try:
-                claim: Claim = yield _CLAIM
+                claim: Claim
+                if made is None:
+                    claim = yield _CLAIM
+                else:
+                    claim, made = made, None
             except IdempotencyError as exc:  # unreachable store or an unreadable record
                 detail = {"op": "claim", "error": str(exc), **_took(started, waited)}
                 self._emit(call, "store_error", detail=detail)

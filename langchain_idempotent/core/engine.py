@@ -4,11 +4,12 @@ The protocol's steps live in one generator, :meth:`Engine._flow` (in :mod:`._flo
 which yields *steps* (claim, watch, run, complete, release) and receives their results.
 It does no store I/O (it only emits events and reads the monotonic clock for the wait
 deadline); the decisions of each store operation are the table in :mod:`.protocol`. This
-module holds the engine's construction and its drivers. The sync driver
-(:meth:`Engine.run`) and the async driver (:meth:`Engine.arun`) only execute steps, so
-the two paths cannot drift; what they share beyond the store calls lives beside them:
-asking a reconcile hook in :mod:`._reconciling`, transactional mode's run-and-complete in
-one database transaction in :mod:`._transactional`.
+module holds the engine's construction and how it performs each step: :meth:`Engine.run`
+and :meth:`Engine.arun` hand the flow to the library's one driver (:mod:`._drive`) with a
+sync or an async ``perform``, so the two paths cannot drift; what they share beyond the
+store calls lives beside them: asking a reconcile hook in :mod:`._reconciling`,
+transactional mode's run-and-complete in one database transaction in
+:mod:`._transactional`.
 
 Sequence of a first run and of a replay (one store round trip each, plus renewals for
 tools that outlast a third of their lease)::
@@ -52,7 +53,7 @@ import asyncio
 import functools
 import hashlib
 import random
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import BuiltinFunctionType, FunctionType, MappingProxyType, MethodType
@@ -60,6 +61,7 @@ from typing import Any, TypeVar
 
 from ..errors import IdempotencyError, UnstorableResultError
 from . import _transactional
+from ._drive import adrive, drive
 from ._flow import Flow
 from ._reconciling import aconsult, consult
 from ._steps import (
@@ -98,33 +100,6 @@ class Claimed:
 
     request: ClaimRequest
     claim: Claim
-
-
-class _Drive:
-    """One call's flow as a driver steps through it: the next step to perform, given the
-    last one's answer (a claim a batch already made answers the first claim step without
-    the store), until the flow returns."""
-
-    __slots__ = ("_claimed", "_steps", "value")
-
-    def __init__(self, steps: Generator[_Step, Any, Any], claimed: Claimed | None) -> None:
-        self._steps = steps
-        self._claimed = claimed
-        self.value: Any = None
-
-    def next(self, reply: Any = None, error: BaseException | None = None) -> _Step | None:
-        """The step to perform next, or ``None`` once the flow has answered (``value``);
-        ``error`` (the last step's store error) is raised inside the flow instead."""
-        steps = self._steps
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-            if step is _CLAIM and self._claimed is not None:
-                claim, self._claimed = self._claimed.claim, None
-                step = steps.send(claim)
-        except StopIteration as finished:
-            self.value = finished.value
-            return None
-        return step
 
 
 def _held(call: _Call, ctx: IdempotencyContext) -> Held:
@@ -376,18 +351,11 @@ class Engine(Flow):
         call = self._call(
             key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id, step_name
         )
-        drive = _Drive(self._flow(call), claimed)
-        step = drive.next()
-        while step is not None:
-            try:
-                reply = self._do(step, call, action)
-            except IdempotencyError as exc:
-                step = drive.next(error=exc)
-            else:
-                step = drive.next(reply)
-        return drive.value  # type: ignore[no-any-return]
+        flow = self._flow(call, None if claimed is None else claimed.claim)
+        perform = functools.partial(self._do, call, action)
+        return drive(flow, perform, IdempotencyError)  # type: ignore[no-any-return]
 
-    def _do(self, step: _Step, call: _Call, action: Callable[[], Any]) -> Any:
+    def _do(self, call: _Call, action: Callable[[], Any], step: _Step) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
             return store.claim(call.request)
@@ -485,18 +453,11 @@ class Engine(Flow):
         call = self._call(
             key, fingerprint, tool, meta, observer, args, thread_id, claimed, call_id, step_name
         )
-        drive = _Drive(self._flow(call), claimed)
-        step = drive.next()
-        while step is not None:
-            try:
-                reply = await self._ado(step, call, action)
-            except IdempotencyError as exc:
-                step = drive.next(error=exc)
-            else:
-                step = drive.next(reply)
-        return drive.value  # type: ignore[no-any-return]
+        flow = self._flow(call, None if claimed is None else claimed.claim)
+        aperform = functools.partial(self._ado, call, action)
+        return await adrive(flow, aperform, IdempotencyError)  # type: ignore[no-any-return]
 
-    async def _ado(self, step: _Step, call: _Call, action: Callable[[], Awaitable[Any]]) -> Any:
+    async def _ado(self, call: _Call, action: Callable[[], Awaitable[Any]], step: _Step) -> Any:
         store, policy = self.store, self.policy
         if step is _CLAIM:
             return await store.aclaim(call.request)

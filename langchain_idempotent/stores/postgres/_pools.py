@@ -50,7 +50,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
 
-from ...errors import CorruptRecordError, StoreUnavailableError
+from ...core._drive import adrive, drive
+from ...errors import StoreUnavailableError
 from ._compat import idle_connections
 
 _T = TypeVar("_T")
@@ -309,98 +310,86 @@ def single(stmt: Stmt, decode: Callable[[Any], _T]) -> Op[_T]:
     return Op(steps)
 
 
-def _drive(cur: psycopg.Cursor[Any], op: Op[_T]) -> _T:
-    steps = op.steps()
-    sent: Any = None
-    try:
-        while True:
-            step = steps.send(sent)
-            if step is CONN_INFO:
-                sent = cur.connection.info
-                continue
-            cur.execute(step.query, step.params)
-            fetch = step.fetch
-            sent = cur.fetchone() if fetch == "one" else cur.fetchall() if fetch == "all" else None
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+def _on(conn: psycopg.Connection[Any], op: Op[_T]) -> _T:
+    """``op`` on ``conn`` (in one transaction if atomic), committed; no retry."""
+    cur = _cursor(conn)
+
+    def perform(step: Any) -> Any:
+        if step is CONN_INFO:
+            return cur.connection.info
+        cur.execute(step.query, step.params)
+        fetch = step.fetch
+        return cur.fetchone() if fetch == "one" else cur.fetchall() if fetch == "all" else None
+
+    if op.atomic:
+        with conn.transaction():
+            result = drive(op.steps(), perform)
+    else:
+        result = drive(op.steps(), perform)
+    if not conn.autocommit:
+        conn.commit()
+    return result
 
 
-async def _adrive(cur: psycopg.AsyncCursor[Any], op: Op[_T]) -> _T:
-    steps = op.steps()
-    sent: Any = None
-    try:
-        while True:
-            step = steps.send(sent)
-            if step is CONN_INFO:
-                sent = cur.connection.info
-                continue
-            await cur.execute(step.query, step.params)
-            fetch = step.fetch
-            if fetch == "one":
-                sent = await cur.fetchone()
-            else:
-                sent = await cur.fetchall() if fetch == "all" else None
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+async def _aon(conn: psycopg.AsyncConnection[Any], op: Op[_T]) -> _T:
+    """:func:`_on` on an async connection."""
+    cur = _cursor(conn)
+
+    async def perform(step: Any) -> Any:
+        if step is CONN_INFO:
+            return cur.connection.info
+        await cur.execute(step.query, step.params)
+        if step.fetch == "one":
+            return await cur.fetchone()
+        return await cur.fetchall() if step.fetch == "all" else None
+
+    if op.atomic:
+        async with conn.transaction():
+            result = await adrive(op.steps(), perform)
+    else:
+        result = await adrive(op.steps(), perform)
+    if not conn.autocommit:
+        await conn.commit()
+    return result
+
+
+def _broke(
+    exc: Exception, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None
+) -> bool:
+    """Whether ``exc`` broke ``conn`` (the server gone, the socket closed): then another
+    connection is worth one more try."""
+    return isinstance(exc, _BROKEN) and conn is not None and (conn.broken or conn.closed)
 
 
 def run_sync(pool: ConnectionPool[Any], key: str | None, op: Op[_T]) -> _T:
-    """Run one operation on a pooled connection: the sync driver; its errors translated."""
-    for attempt in (1, 2):
-        broken = False
+    """Run one operation on a pooled connection, its errors translated; an operation whose
+    connection the error broke is tried once more on another (the idle connections the
+    same fault broke are dropped first)."""
+    for again in (True, False):
+        conn: psycopg.Connection[Any] | None = None
         try:
             with pool.connection() as conn:
-                try:
-                    cur = _cursor(conn)
-                    if op.atomic:
-                        with conn.transaction():
-                            result = _drive(cur, op)
-                    else:
-                        result = _drive(cur, op)
-                    if not conn.autocommit:
-                        conn.commit()
-                    return result
-                except _BROKEN:
-                    broken = conn.broken or conn.closed
-                    raise
-        except CorruptRecordError:
-            raise
+                return _on(conn, op)
         except _ERRORS as exc:
-            if broken and attempt == 1:
-                with contextlib.suppress(*_ERRORS):
-                    pool.check()  # drop the idle connections the same fault broke
-                continue
-            raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+            if not (again and _broke(exc, conn)):
+                raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+        with contextlib.suppress(*_ERRORS):
+            pool.check()
     raise AssertionError("unreachable")
 
 
 async def run_async(pool: AsyncConnectionPool[Any], key: str | None, op: Op[_T]) -> _T:
     """The async twin of :func:`run_sync`."""
-    for attempt in (1, 2):
-        broken = False
+    for again in (True, False):
+        aconn: psycopg.AsyncConnection[Any] | None = None
         try:
-            async with pool.connection() as conn:
-                try:
-                    cur = _cursor(conn)
-                    if op.atomic:
-                        async with conn.transaction():
-                            result = await _adrive(cur, op)
-                    else:
-                        result = await _adrive(cur, op)
-                    if not conn.autocommit:
-                        await conn.commit()
-                    return result
-                except _BROKEN:
-                    broken = conn.broken or conn.closed
-                    raise
-        except CorruptRecordError:
-            raise
+            async with pool.connection() as aconn:
+                return await _aon(aconn, op)
         except _ERRORS as exc:
-            if broken and attempt == 1:
-                with contextlib.suppress(*_ERRORS):
-                    await pool.check()
-                continue
-            raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+            if not (again and _broke(exc, aconn)):
+                raise StoreUnavailableError(f"PostgreSQL: {exc}", key=key) from exc
+        with contextlib.suppress(*_ERRORS):
+            await pool.check()
     raise AssertionError("unreachable")
 
 

@@ -54,6 +54,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ...core._drive import drive
 from ._scripts import _batch_steps, _Script
 
 _T = TypeVar("_T")
@@ -156,13 +157,9 @@ class _HeldConnections:
         """A batch of ``script`` calls (:func:`._scripts._batch_steps`): each pipeline's
         commands written at once on a held connection, their replies read in order."""
         steps = _batch_steps(script, calls, wait)
-        commands = next(steps)
-        while True:
-            answers = self._on_held(functools.partial(_pipelined, commands=commands))
-            try:
-                commands = steps.send(answers)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+        return drive(
+            steps, lambda cmds: self._on_held(functools.partial(_pipelined, commands=cmds))
+        )
 
     def _on_held(self, op: Callable[[_Held], _T]) -> _T:
         held = self._take()

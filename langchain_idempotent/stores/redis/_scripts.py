@@ -34,6 +34,7 @@ from typing import Any
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
+from ...core._drive import adrive, drive
 from ...core.record import (
     FORMAT_VERSION,
     Claim,
@@ -450,15 +451,7 @@ def _execute_many(
 ) -> tuple[list[Any], int | None]:
     """One attempt of a batch (:func:`_batch_steps`) on a sync client."""
     steps = _batch_steps(script, calls, wait)
-    commands = next(steps)
-    while True:
-        pipe = client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command, **_RAW)
-        try:
-            commands = steps.send(pipe.execute(raise_on_error=False))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    return drive(steps, lambda commands: _pipeline(client, commands).execute(raise_on_error=False))
 
 
 async def _aexecute_many(
@@ -466,15 +459,15 @@ async def _aexecute_many(
 ) -> tuple[list[Any], int | None]:
     """:func:`_execute_many` on an async client."""
     steps = _batch_steps(script, calls, wait)
-    commands = next(steps)
-    while True:
-        pipe = client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command, **_RAW)
-        try:
-            commands = steps.send(await pipe.execute(raise_on_error=False))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+    return await adrive(steps, lambda cmds: _pipeline(client, cmds).execute(raise_on_error=False))
+
+
+def _pipeline(client: Any, commands: Sequence[tuple[Any, ...]]) -> Any:
+    """A pipeline (no transaction) of ``commands`` on ``client``, sync or async, not sent."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command, **_RAW)
+    return pipe
 
 
 def _settle(

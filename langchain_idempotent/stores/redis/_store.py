@@ -99,6 +99,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 
+from ...core._drive import adrive, drive
 from ...core.record import (
     Claim,
     Completion,
@@ -364,34 +365,15 @@ class RedisIdempotencyStore(BaseIdempotencyStore):
     # A claim, a batch and the give-back of a claim too few replicas acknowledged are one
     # generator (:meth:`_claims`) that yields the round trips it needs (:class:`_Eval`,
     # :class:`_EvalMany`) and decides on their replies; :meth:`_run` / :meth:`_arun`
-    # perform them, with the same retries and error translation as every operation, and
-    # throw a store error back into the flow.
+    # perform them through the library's one driver (:mod:`...core._drive`), with the same
+    # retries and error translation as every operation, and throw a store error back into
+    # the flow.
 
     def _run(self, flow: Generator[_Trip, Any, T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                trip = flow.send(reply) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                reply, error = self._trip(trip), None
-            except Exception as exc:
-                reply, error = None, exc
+        return drive(flow, self._trip, Exception)
 
     async def _arun(self, flow: Generator[_Trip, Any, T]) -> T:
-        reply: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                trip = flow.send(reply) if error is None else flow.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                reply, error = await self._atrip(trip), None
-            except Exception as exc:
-                reply, error = None, exc
+        return await adrive(flow, self._atrip, Exception)
 
     def _trip(self, trip: _Trip) -> tuple[Any, int | None]:
         if isinstance(trip, _Eval):

@@ -1,22 +1,23 @@
 """The Redis store's wake-ups: subscribe first, then probe, then wait for the message.
 
 One attempt of :meth:`~RedisIdempotencyStore.watch`, for each face (the store retries it
-whole and translates its errors). :func:`_watching` is the watch without I/O, driven by
-:func:`watch_once` (sync) and :func:`awatch_once` (async): it waits until Redis confirms
-the subscription on the record's channel ``{prefix}{<key>}:done`` (a message published
-before would be lost), runs the probe script once (is the record still RUNNING at the
-waiter's fence, and for how long is the lease live?), and then waits for one message, at
-most until the lease deadline or the caller's deadline, whichever is sooner.
+whole and translates its errors). :func:`_watching` is the watch without I/O, driven
+(:mod:`...core._drive`) by :func:`watch_once` (sync) and :func:`awatch_once` (async): it
+waits until Redis confirms the subscription on the record's channel ``{prefix}{<key>}:done``
+(a message published before would be lost), runs the probe script once (is the record still
+RUNNING at the waiter's fence, and for how long is the lease live?), and then waits for one
+message, at most until the lease deadline or the caller's deadline, whichever is sooner.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Literal
 
 import redis.asyncio
+
+from ...core._drive import adrive, drive
 
 __all__ = ["awatch_once", "watch_once"]
 
@@ -27,11 +28,11 @@ def watch_once(client: Any, rkey: str, deadline: float, probe: Callable[[], Any]
     pubsub = client.pubsub()
     try:
         pubsub.subscribe(rkey + ":done")
-        steps, reply = _watching(deadline), None
-        with contextlib.suppress(StopIteration):
-            while True:
-                step = steps.send(reply)
-                reply = probe()[0] if step == "probe" else pubsub.get_message(timeout=step)
+
+        def perform(step: float | Literal["probe"]) -> Any:
+            return probe()[0] if step == "probe" else pubsub.get_message(timeout=step)
+
+        drive(_watching(deadline), perform)
     finally:
         pubsub.close()
 
@@ -45,14 +46,11 @@ async def awatch_once(
     pubsub = client.pubsub()
     try:
         await pubsub.subscribe(rkey + ":done")
-        steps, reply = _watching(deadline), None
-        with contextlib.suppress(StopIteration):
-            while True:
-                step = steps.send(reply)
-                if step == "probe":
-                    reply = (await probe())[0]
-                else:
-                    reply = await pubsub.get_message(timeout=step)
+
+        async def perform(step: float | Literal["probe"]) -> Any:
+            return (await probe())[0] if step == "probe" else await pubsub.get_message(timeout=step)
+
+        await adrive(_watching(deadline), perform)
     finally:
         await pubsub.aclose()
 
