@@ -3,7 +3,7 @@
 A call that needs approval (``approval=True``, or a predicate over its
 :class:`~langchain_idempotent.adapters.keys.CallInfo` that returns true; see
 :func:`~langchain_idempotent.core.policy.needs_approval`) is decided *before* it claims its key,
-by one flow (:func:`flow`) that both drivers (:func:`decide`, :func:`adecide`) run:
+by one flow (:func:`flow`), a step of every call's opening (:mod:`._opening`):
 
 1. its effect already completed (or failed terminally) → replay, no question — unless the
    call is a *twin* (an identical call of the same message under
@@ -88,8 +88,6 @@ from ._asking import (
     Op,
     Steps,
     StoreOp,
-    adrive,
-    drive,
     task_of,
     turns,
     write_once,
@@ -101,15 +99,12 @@ from .keys import CallInfo, visible_arguments
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-    from ..core.engine import Engine
     from ._call import PendingCall
 
 __all__ = [
     "Decision",
     "NotInGraphError",
     "Verdict",
-    "adecide",
-    "decide",
     "decision_key",
     "denial_message",
     "flow",
@@ -512,22 +507,3 @@ def _stored(record: Record | None, fingerprint: str) -> Decision | None:
     if record is None or not record.done:
         return None
     return _stored_payload(record.payload, fingerprint)
-
-
-# -- run on the engine's store, by the two drivers of :mod:`._asking` ---------------------
-
-
-def decide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
-    """Run :func:`flow` on ``engine``'s store (sync)."""
-    if engine.policy.approval is False and engine.policy.authorize is None:
-        return Verdict(pending, pending.tool_input)  # what flow answers, without starting it
-    result: Verdict = drive(flow(pending, engine.policy, config), engine.store)
-    return result
-
-
-async def adecide(pending: PendingCall, engine: Engine, config: RunnableConfig) -> Verdict:
-    """Run :func:`flow` on ``engine``'s store (async)."""
-    if engine.policy.approval is False and engine.policy.authorize is None:
-        return Verdict(pending, pending.tool_input)
-    result: Verdict = await adrive(flow(pending, engine.policy, config), engine.store)
-    return result

@@ -16,6 +16,7 @@ is formatted as the ``ToolMessage`` LangChain would make of it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Unpack, cast
@@ -35,21 +36,21 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 from pydantic import ConfigDict
 
-from ..core.context import passthrough
 from ..core.engine import Engine
 from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
+from ._asking import Steps, adrive, drive
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._calling import watch_calling_tools
 from ._compat import NO_INJECTIONS, InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
 from ._identical import has_twin
+from ._opening import Opening, opening
 from ._reads import seeing_request, view_config
 from ._siblings import Sibling, StepCalls, step_calls
-from .approval import Verdict, adecide, decide
 from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
 
 __all__ = ["IdempotencyMiddleware"]
@@ -128,30 +129,23 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         handler: Callable[[ToolCallRequest], _Result],
     ) -> _Result:
         config, engine = _config(request), self._engine(request)
-        if engine is not None and engine.policy.effect_class == "read":
-            with passthrough(request.tool_call["name"]):  # straight through: no store
+        if engine is None:  # not a tool this middleware wraps
+            return handler(request)
+        opened: Opening = drive(self._opening(request, config, engine), engine.store)
+        if opened.pending is None:
+            with opened.untouched(request.tool_call["name"]):
                 return handler(request)
-        handoff = self._handoff(request)
-        if handoff == "rerun":  # control flow: the current state's answer, every time
-            return handler(request)
-        pending = self._pending(request, config)
-        if pending is None or engine is None:
-            return handler(request)
-        verdict = decide(pending, engine, config)
-        if verdict.rejection is not None:
-            return verdict.rejection
-        request, pending = _edited(request, verdict), verdict.pending
-        step = self._step(request, config, engine, pending)
-        if _twinned(request, engine):  # the effect is claimed where the tool runs
-            return handler(_AtTheTool.over(request, self, pending, engine, config, step, handoff))
-        params = self._params(request)
+        if opened.rejection is not None:
+            return opened.rejection
+        call = _Call.of(self, _edited(request, opened), opened.pending, engine, config)
+        if call.twinned:  # the effect is claimed where the tool runs
+            return handler(_AtTheTool.over(call, self))
+        params = self._params(call.request)
 
         def action() -> Any:
-            seen = seeing_request(request, params, current_reads())  # its reads noted
-            return _kept(unmemoized_if_error(handler(seen)), handoff, pending)
+            return handler(seeing_request(call.request, params, current_reads()))
 
-        result = pending.run(engine, action, config, step)
-        return _as_message(result, request, pending) if pending.replayed else result
+        return call.run(action)
 
     async def awrap_tool_call(
         self,
@@ -159,31 +153,29 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         handler: Callable[[ToolCallRequest], Awaitable[_Result]],
     ) -> _Result:
         config, engine = _config(request), self._engine(request)
-        if engine is not None and engine.policy.effect_class == "read":
-            with passthrough(request.tool_call["name"]):
+        if engine is None:
+            return await handler(request)
+        opened: Opening = await adrive(self._opening(request, config, engine), engine.store)
+        if opened.pending is None:
+            with opened.untouched(request.tool_call["name"]):
                 return await handler(request)
-        handoff = self._handoff(request)
-        if handoff == "rerun":
-            return await handler(request)
-        pending = self._pending(request, config)
-        if pending is None or engine is None:
-            return await handler(request)
-        verdict = await adecide(pending, engine, config)
-        if verdict.rejection is not None:
-            return verdict.rejection
-        request, pending = _edited(request, verdict), verdict.pending
-        step = self._step(request, config, engine, pending)
-        if _twinned(request, engine):
-            at_tool = _AtTheTool.over(request, self, pending, engine, config, step, handoff)
-            return await handler(at_tool)
-        params = self._params(request)
+        if opened.rejection is not None:
+            return opened.rejection
+        call = _Call.of(self, _edited(request, opened), opened.pending, engine, config)
+        if call.twinned:
+            return await handler(_AtTheTool.over(call, self))
+        params = self._params(call.request)
 
         async def action() -> Any:
-            seen = seeing_request(request, params, current_reads())
-            return _kept(unmemoized_if_error(await handler(seen)), handoff, pending)
+            return await handler(seeing_request(call.request, params, current_reads()))
 
-        result = await pending.arun(engine, action, config, step)
-        return _as_message(result, request, pending) if pending.replayed else result
+        return await call.arun(action)
+
+    def _opening(self, request: ToolCallRequest, config: RunnableConfig, engine: Engine) -> Steps:
+        """The call's opening (:mod:`._opening`): as it is, rejected, or under its key."""
+        return opening(
+            engine, lambda: self._handoff(request), lambda: self._pending(request, config), config
+        )
 
     def _handoff(self, request: ToolCallRequest) -> Handoff | None:
         """What replay means for the call's tool if it is a handoff (the rule of
@@ -279,13 +271,75 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         )
 
 
-def _twinned(request: ToolCallRequest, engine: Engine) -> bool:
-    """Whether the call has an identical twin in its message that shares its effect."""
-    return (
-        engine.policy.identical_calls == "share"
-        and request.tool is not None
-        and has_twin(_messages(request.state), request.tool_call.get("id"))
-    )
+@dataclass(slots=True)
+class _Call:
+    """A call of a wrapped tool past its opening, to run under its key: its request (as a
+    reviewer edited it), its engine and config, the other calls of its step (claimed with
+    it) and what replay means for it if it is a handoff."""
+
+    request: ToolCallRequest
+    pending: PendingCall
+    engine: Engine
+    config: RunnableConfig
+    step: StepCalls | None
+    handoff: Handoff | None
+
+    @classmethod
+    def of(
+        cls,
+        middleware: IdempotencyMiddleware,
+        request: ToolCallRequest,
+        pending: PendingCall,
+        engine: Engine,
+        config: RunnableConfig,
+    ) -> _Call:
+        step = middleware._step(request, config, engine, pending)
+        return cls(request, pending, engine, config, step, middleware._handoff(request))
+
+    @property
+    def twinned(self) -> bool:
+        """Whether the call has an identical twin in its message that shares its effect."""
+        return (
+            self.engine.policy.identical_calls == "share"
+            and self.request.tool is not None
+            and has_twin(_messages(self.request.state), self.request.tool_call.get("id"))
+        )
+
+    def run(self, action: Callable[[], Any]) -> _Result:
+        """``action`` (the handler) run once for the call's key; the answer as a message."""
+        result = self.pending.run(self.engine, lambda: self._kept(action()), self.config, self.step)
+        return self._answer(result)
+
+    async def arun(self, action: Callable[[], Awaitable[Any]]) -> _Result:
+        """The async twin of :meth:`run`."""
+
+        async def kept() -> Any:
+            return self._kept(await action())
+
+        return self._answer(await self.pending.arun(self.engine, kept, self.config, self.step))
+
+    def _kept(self, result: Any) -> Any:
+        """What is stored of ``result``: not a handled tool error, nor under
+        ``handoff="replay"`` a Command that carries a copy of the state."""
+        result = unmemoized_if_error(result)
+        if self.handoff != "replay":
+            return result
+        return stored_handoff(result, self.pending.tool, self.pending.tool_call_id)
+
+    def _answer(self, result: Any) -> _Result:
+        if not self.pending.replayed:
+            return cast(_Result, result)
+        return _as_message(result, self.request, self.pending)
+
+    def edited(self, middleware: IdempotencyMiddleware, tool_input: Any) -> _Call:
+        """The call as it reaches the tool (a middleware inside ours may have edited its
+        arguments: then under their key, claimed on its own)."""
+        args = tool_input.get("args") if isinstance(tool_input, Mapping) else None
+        if args is None or args == self.request.tool_call["args"]:
+            return self
+        edited = self.request.override(tool_call={**self.request.tool_call, "args": dict(args)})
+        pending = middleware._pending(edited, self.config) or self.pending
+        return dataclasses.replace(self, request=edited, pending=pending, step=None)
 
 
 class _AtTheTool(BaseTool):
@@ -299,69 +353,32 @@ class _AtTheTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     inner: BaseTool
-    run_effect: Callable[[Any, Callable[[], Any]], Any]
-    arun_effect: Callable[[Any, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+    call: Any  # _Call
+    middleware: Any  # IdempotencyMiddleware
 
     @classmethod
-    def over(
-        cls,
-        request: ToolCallRequest,
-        middleware: IdempotencyMiddleware,
-        pending: PendingCall,
-        engine: Engine,
-        config: RunnableConfig,
-        step: StepCalls | None,
-        handoff: Handoff | None,
-    ) -> ToolCallRequest:
-        """``request`` with its tool replaced by one that claims the effect."""
-        tool = request.tool
+    def over(cls, call: _Call, middleware: IdempotencyMiddleware) -> ToolCallRequest:
+        """``call``'s request with its tool replaced by one that claims the effect."""
+        tool = call.request.tool
         assert tool is not None
-
-        def call_of(tool_input: Any) -> tuple[PendingCall, StepCalls | None, ToolCallRequest]:
-            """The call as it reaches the tool (a middleware inside may have edited it)."""
-            args = tool_input.get("args") if isinstance(tool_input, Mapping) else None
-            if args is None or args == request.tool_call["args"]:
-                return pending, step, request
-            edited = request.override(tool_call={**request.tool_call, "args": dict(args)})
-            return middleware._pending(edited, config) or pending, None, edited
-
-        def run_effect(tool_input: Any, run: Callable[[], Any]) -> Any:
-            mine, batch, req = call_of(tool_input)
-            result = mine.run(
-                engine,
-                lambda: _kept(unmemoized_if_error(run()), handoff, mine),
-                config,
-                batch,
-            )
-            return _as_message(result, req, mine) if mine.replayed else result
-
-        async def arun_effect(tool_input: Any, run: Callable[[], Awaitable[Any]]) -> Any:
-            mine, batch, req = call_of(tool_input)
-
-            async def action() -> Any:
-                return _kept(unmemoized_if_error(await run()), handoff, mine)
-
-            result = await mine.arun(engine, action, config, batch)
-            return _as_message(result, req, mine) if mine.replayed else result
-
         at_tool = cls(
             name=tool.name,
             description=tool.description,
             args_schema=tool.args_schema,
             response_format=tool.response_format,
             inner=tool,
-            run_effect=run_effect,
-            arun_effect=arun_effect,
+            call=call,
+            middleware=middleware,
         )
-        return request.override(tool=at_tool)
+        return call.request.override(tool=at_tool)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self.run_effect(input, lambda: self.inner.invoke(input, _viewed(config), **kwargs))
+        call = self.call.edited(self.middleware, input)
+        return call.run(lambda: self.inner.invoke(input, _viewed(config), **kwargs))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self.arun_effect(
-            input, lambda: self.inner.ainvoke(input, _viewed(config), **kwargs)
-        )
+        call = self.call.edited(self.middleware, input)
+        return await call.arun(lambda: self.inner.ainvoke(input, _viewed(config), **kwargs))
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:  # invoke is the one way in
         raise NotImplementedError
@@ -380,18 +397,11 @@ class _Known:
     handoff: bool
 
 
-def _kept(result: Any, handoff: Handoff | None, pending: PendingCall) -> Any:
-    """Under ``handoff="replay"``, a Command that carries a copy of the state is not stored."""
-    if handoff != "replay":
-        return result
-    return stored_handoff(result, pending.tool, pending.tool_call_id)
-
-
-def _edited(request: ToolCallRequest, verdict: Verdict) -> ToolCallRequest:
+def _edited(request: ToolCallRequest, opened: Opening) -> ToolCallRequest:
     """The request with the reviewer's arguments, when they edited the call."""
-    if verdict.edited is None:
+    if opened.edited is None:
         return request
-    return request.override(tool_call={**request.tool_call, "args": dict(verdict.edited)})
+    return request.override(tool_call={**request.tool_call, "args": dict(opened.edited)})
 
 
 def _config(request: ToolCallRequest) -> RunnableConfig:

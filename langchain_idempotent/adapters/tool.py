@@ -38,12 +38,12 @@ from pydantic import (
     model_serializer,
 )
 
-from ..core.context import passthrough
 from ..core.engine import Engine
 from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
+from ._asking import Steps, adrive, drive
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._calling import is_calling_tools, watch_calling_tools
 from ._compat import (
@@ -57,10 +57,10 @@ from ._compat import (
 from ._functions import FunctionCall, tool_from_function
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
+from ._opening import Opening, opening
 from ._reads import config_context, handed, view_config
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
-from .approval import Verdict, adecide, decide
 from .keys import by_field_name, model_schema
 
 __all__ = ["IdempotentFunction", "IdempotentTool", "idempotent"]
@@ -226,62 +226,64 @@ class IdempotentTool(BaseTool):
             params=self._params,
         )
 
+    def _opening(
+        self, tool_input: Any, config: RunnableConfig, tool_call_id: str | None = None
+    ) -> Steps:
+        """The call's opening (:mod:`._opening`): as it is, rejected, or under its key."""
+        return opening(
+            self.engine,
+            lambda: self._handoff,
+            lambda: self._derive(tool_input, config, tool_call_id),
+            config,
+            tool_input,
+        )
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        ensured = ensure_config(config)
+        opened: Opening = drive(self._opening(input, ensured), self.engine.store)
+        if opened.as_is:
+            with opened.untouched(self.name):
+                return self.inner.invoke(input, config, **kwargs)
+        if opened.rejection is not None:
+            return self._rejected(opened)
+        config, token = self._start(ensured, opened.pending)
+        try:
+            return super().invoke(opened.tool_input, config, **kwargs)
+        finally:
+            _pending.reset(token)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        ensured = ensure_config(config)
+        opened: Opening = await adrive(self._opening(input, ensured), self.engine.store)
+        if opened.as_is:
+            with opened.untouched(self.name):
+                return await self.inner.ainvoke(input, config, **kwargs)
+        if opened.rejection is not None:
+            return self._rejected(opened)
+        config, token = self._start(ensured, opened.pending)
+        try:
+            return await super().ainvoke(opened.tool_input, config, **kwargs)
+        finally:
+            _pending.reset(token)
+
     def _start(
-        self, input: Any, config: RunnableConfig, pending: PendingCall | None
+        self, config: RunnableConfig, pending: PendingCall | None
     ) -> tuple[RunnableConfig, Any]:
-        """``config`` (already ensured) with the key in its metadata: a shallow copy, no
-        second ``ensure_config``."""
+        """``config`` (already ensured) with the key in its metadata (a shallow copy, no
+        second ``ensure_config``), and ``pending`` handed on to :meth:`_run`."""
         if pending is not None:
             metadata = {**config.get("metadata", {}), "idempotency_key": pending.derived.key}
             config = {**config, "metadata": metadata}  # type: ignore[typeddict-item]
         return config, _pending.set(pending)
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if self.policy.effect_class == "read":  # straight through: no key, no store
-            with passthrough(self.name):
-                return self.inner.invoke(input, config, **kwargs)
-        if self._handoff == "rerun":  # control flow: the current state's answer, every time
-            return self.inner.invoke(input, config, **kwargs)
-        config = ensure_config(config)
-        pending = self._derive(input, config)
-        if pending is not None:
-            verdict = decide(pending, self.engine, config)
-            if verdict.rejection is not None:
-                return self._rejected(verdict)
-            input, pending = verdict.tool_input, verdict.pending
-        config, token = self._start(input, config, pending)
-        try:
-            return super().invoke(input, config, **kwargs)
-        finally:
-            _pending.reset(token)
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        if self.policy.effect_class == "read":
-            with passthrough(self.name):
-                return await self.inner.ainvoke(input, config, **kwargs)
-        if self._handoff == "rerun":
-            return await self.inner.ainvoke(input, config, **kwargs)
-        config = ensure_config(config)
-        pending = self._derive(input, config)
-        if pending is not None:
-            verdict = await adecide(pending, self.engine, config)
-            if verdict.rejection is not None:
-                return self._rejected(verdict)
-            input, pending = verdict.tool_input, verdict.pending
-        config, token = self._start(input, config, pending)
-        try:
-            return await super().ainvoke(input, config, **kwargs)
-        finally:
-            _pending.reset(token)
-
     # -- run / arun called directly (legacy executors, user code): the same key ----------
 
-    def _run_config(self, kwargs: dict[str, Any]) -> RunnableConfig:
-        """The config a direct ``run`` call gives (its ``config``, tags and metadata)."""
+    def _run_opening(self, tool_input: Any, kwargs: dict[str, Any]) -> Steps:
+        """The opening of a direct ``run`` call (its ``config``, metadata, call id)."""
         config = ensure_config(kwargs.get("config"))
         if kwargs.get("metadata"):
             config["metadata"] = {**config.get("metadata", {}), **kwargs["metadata"]}
-        return config
+        return self._opening(tool_input, config, kwargs.get("tool_call_id"))
 
     @staticmethod
     def _run_kwargs(kwargs: dict[str, Any], pending: PendingCall | None) -> dict[str, Any]:
@@ -291,53 +293,42 @@ class IdempotentTool(BaseTool):
         return {**kwargs, "metadata": metadata}
 
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
-        if _pending.get() is not None:  # from invoke: the key is derived
+        if _pending.get() is not None:  # from invoke: the call is opened
             return super().run(tool_input, *args, **kwargs)
-        if self.policy.effect_class == "read":  # as invoke: straight through
-            with passthrough(self.name):
+        opened: Opening = drive(self._run_opening(tool_input, kwargs), self.engine.store)
+        if opened.as_is:
+            with opened.untouched(self.name):
                 return self.inner.run(tool_input, *args, **kwargs)
-        if self._handoff == "rerun":
-            return self.inner.run(tool_input, *args, **kwargs)
-        config = self._run_config(kwargs)
-        pending = self._derive(tool_input, config, kwargs.get("tool_call_id"))
-        if pending is not None:
-            verdict = decide(pending, self.engine, config)
-            if verdict.rejection is not None:
-                return self._rejected(verdict)
-            tool_input, pending = verdict.tool_input, verdict.pending
-        token = _pending.set(pending)
+        if opened.rejection is not None:
+            return self._rejected(opened)
+        token = _pending.set(opened.pending)
         try:
-            return super().run(tool_input, *args, **self._run_kwargs(kwargs, pending))
+            return super().run(opened.tool_input, *args, **self._run_kwargs(kwargs, opened.pending))
         finally:
             _pending.reset(token)
 
     async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:
             return await super().arun(tool_input, *args, **kwargs)
-        if self.policy.effect_class == "read":
-            with passthrough(self.name):
+        opened: Opening = await adrive(self._run_opening(tool_input, kwargs), self.engine.store)
+        if opened.as_is:
+            with opened.untouched(self.name):
                 return await self.inner.arun(tool_input, *args, **kwargs)
-        if self._handoff == "rerun":
-            return await self.inner.arun(tool_input, *args, **kwargs)
-        config = self._run_config(kwargs)
-        pending = self._derive(tool_input, config, kwargs.get("tool_call_id"))
-        if pending is not None:
-            verdict = await adecide(pending, self.engine, config)
-            if verdict.rejection is not None:
-                return self._rejected(verdict)
-            tool_input, pending = verdict.tool_input, verdict.pending
-        token = _pending.set(pending)
+        if opened.rejection is not None:
+            return self._rejected(opened)
+        token = _pending.set(opened.pending)
         try:
-            return await super().arun(tool_input, *args, **self._run_kwargs(kwargs, pending))
+            run_kwargs = self._run_kwargs(kwargs, opened.pending)
+            return await super().arun(opened.tool_input, *args, **run_kwargs)
         finally:
             _pending.reset(token)
 
     @staticmethod
-    def _rejected(verdict: Verdict) -> Any:
+    def _rejected(opened: Opening) -> Any:
         """A rejected call's answer: the error ToolMessage for a ToolCall, else its text."""
-        message = verdict.rejection
-        assert message is not None
-        return message if verdict.pending.tool_call_id is not None else message.content
+        message, pending = opened.rejection, opened.pending
+        assert message is not None and pending is not None
+        return message if pending.tool_call_id is not None else message.content
 
     # -- run: the engine around the inner tool ------------------------------------------
 
