@@ -72,7 +72,7 @@ from ...core.record import Claim, Completion, Record
 from ...core.store import ClaimRequest, CompleteRequest, Held
 from ...errors import StoreUnavailableError
 from .._deciding import DecidesInPython, Decision
-from .._wakeup import Wakeup, awatch_polling, watch_polling
+from .._wakeup import Poller, Wakeup
 from ._connections import Pool
 from ._describe import describe_file
 from ._schema import COLUMNS, ensure_schema, expired, live, rollback, write_row
@@ -263,26 +263,18 @@ class SqliteIdempotencyStore(DecidesInPython):
 
     # -- watch ---------------------------------------------------------------------------
 
+    def _poller(self) -> Poller:
+        return Poller(self._wakeup, _FIRST_POLL, self._poll_interval)
+
+    def _read(self, key: str) -> tuple[Record | None, int]:
+        return self.get(key), self.now_ms()
+
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
-        watch_polling(
-            self._wakeup,
-            key,
-            fence=fence,
-            timeout=timeout,
-            read=lambda: (self.get(key), self.now_ms()),
-            first_poll=_FIRST_POLL,
-            poll_interval=self._poll_interval,
-        )
+        self._poller().watch(key, fence=fence, timeout=timeout, read=lambda: self._read(key))
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
-        await awatch_polling(
-            self._wakeup,
-            key,
-            fence=fence,
-            timeout=timeout,
-            read=lambda: asyncio.to_thread(lambda: (self.get(key), self.now_ms())),
-            first_poll=_FIRST_POLL,
-            poll_interval=self._poll_interval,
+        await self._poller().awatch(
+            key, fence=fence, timeout=timeout, read=lambda: asyncio.to_thread(self._read, key)
         )
 
     # -- operator helpers ----------------------------------------------------------------
