@@ -72,6 +72,7 @@ from ...core.record import Claim, Completion, Record
 from ...core.store import ClaimRequest, CompleteRequest, Held
 from ...errors import StoreUnavailableError
 from .._deciding import DecidesInPython, Decision
+from .._filters import meta_filter
 from .._wakeup import Poller, Wakeup
 from ._connections import Pool
 from ._describe import describe_file
@@ -299,7 +300,7 @@ class SqliteIdempotencyStore(DecidesInPython):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
-        where, params = self._filter(namespace, thread_id)
+        where, params = meta_filter(namespace, thread_id, "?")
         now = self.now_ms()
         with self._connection(None) as db:
             rows = db.execute(
@@ -310,7 +311,7 @@ class SqliteIdempotencyStore(DecidesInPython):
         return [rec for row in rows if (rec := live(row[0], row, now, self._table)[0]) is not None]
 
     def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
-        where, params = self._filter(namespace, thread_id)
+        where, params = meta_filter(namespace, thread_id, "?")
 
         def body(db: sqlite3.Connection, now: int) -> list[str]:
             rows = db.execute(
@@ -420,16 +421,6 @@ class SqliteIdempotencyStore(DecidesInPython):
                 rollback(db)
                 raise
             return out
-
-    def _filter(self, namespace: str | None, thread_id: str | None) -> tuple[str, tuple[str, ...]]:
-        where, params = "", []
-        if thread_id is not None:
-            where += " AND thread_id = ?"
-            params.append(thread_id)
-        if namespace is not None:
-            where += " AND namespace = ?"
-            params.append(namespace)
-        return where, tuple(params)
 
     # -- connections ---------------------------------------------------------------------
 
