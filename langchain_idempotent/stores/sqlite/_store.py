@@ -289,9 +289,7 @@ class SqliteIdempotencyStore(DecidesInPython):
             return row is not None and not expired(row[0], now)
 
         existed = self._in_write_txn(key, body)
-        if existed:
-            self._wakeup.notify(key)
-        return existed
+        return self._woken(key, existed)
 
     def list(
         self,
