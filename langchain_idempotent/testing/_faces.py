@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
@@ -286,6 +287,12 @@ class ContractBase:
             f"{self.wake_latency_s}s (its timeout was 5s): not woken by the change, or a store "
             "slower than that (raise wake_latency_s on the subclass)"
         )
+
+    async def watched_for(self, face: Face, key: str, *, fence: int, timeout: float) -> float:
+        """``face.watch(key, ...)``; returns how long it took (seconds, this host's clock)."""
+        started = time.monotonic()
+        await face.watch(key, fence=fence, timeout=timeout)
+        return time.monotonic() - started
 
     async def pass_time(self, face: Face, ms: int) -> None:
         """Let ``ms`` milliseconds pass on the store's clock: move it (``clock``) or wait."""
