@@ -220,9 +220,10 @@ _lock = threading.Lock()
 _batches: dict[_Ident, _Batch] = {}
 
 
-def _join(me: Sibling, step: StepCalls) -> tuple[_Batch, bool] | None:
-    """This call's step batch, and whether this call leads it (makes the claim)."""
-    if me.engine.policy.approval or me.call_id is None or me.request is None:
+def _join(me: Sibling, step: StepCalls | None) -> tuple[_Batch, bool] | None:
+    """This call's step batch, and whether this call leads it (makes the claim); ``None``
+    when the call claims on its own (no step, approval, or nothing to claim)."""
+    if step is None or me.engine.policy.approval or me.call_id is None or me.request is None:
         return None
     store = me.engine.store
     ident: _Ident = (id(store), me.thread_id, step.ids)
@@ -276,9 +277,12 @@ def _requests(me: Sibling, step: StepCalls, batch: _Batch) -> tuple[list[ClaimRe
     return requests, window
 
 
-def _plan(me: Sibling, step: StepCalls, batch: _Batch) -> tuple[list[ClaimRequest], float] | None:
+def _plan(
+    me: Sibling, step: StepCalls | None, batch: _Batch
+) -> tuple[list[ClaimRequest], float] | None:
     """The leader's claims and pickup window, or ``None`` (the batch failed: fewer than two
     calls to claim, or a sibling's key could not be derived — that sibling will say why)."""
+    assert step is not None  # _join refuses a call with no step
     try:
         requests, window = _requests(me, step, batch)
     except Exception:
@@ -366,8 +370,6 @@ def _give_back_quietly(store: BaseIdempotencyStore, entry: _Entry | None) -> Non
 def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
     """This call's claim from its step's batch (made now if this call leads), or ``None``:
     the call claims on its own."""
-    if step is None:
-        return None
     joined = _join(me, step)
     if joined is None:
         return None
@@ -394,8 +396,6 @@ def take(me: Sibling, step: StepCalls | None) -> Claimed | None:
 async def atake(me: Sibling, step: StepCalls | None) -> Claimed | None:
     """:func:`take` for async callers: the leader awaits ``aclaim_many``; siblings on the
     same loop await it without blocking the loop."""
-    if step is None:
-        return None
     joined = _join(me, step)
     if joined is None:
         return None

@@ -33,14 +33,18 @@ class DecidesInPython(BaseIdempotencyStore):
         """``decide(record, now)`` on the live record under ``key``, atomically, then write
         the record it decides with the record's expiry kept; returns the answer."""
 
+    def _woken(self, key: str, changed: bool) -> bool:
+        """Wake ``key``'s waiters in this process if ``changed``; returns ``changed``."""
+        if changed:
+            self._wakeup.notify(key)
+        return changed
+
     def release(self, held: Held) -> bool:
         ok = self._keeping_expiry(
             held.key,
             lambda rec, now: decide_release(rec, owner=held.owner, fence=held.fence, now=now),
         )
-        if ok:
-            self._wakeup.notify(held.key)
-        return ok
+        return self._woken(held.key, ok)
 
     def abandon(
         self, held: Held, reason: UncertainReason = "cancelled", error_type: str | None = None
@@ -56,9 +60,7 @@ class DecidesInPython(BaseIdempotencyStore):
                 error_type=error_type,
             ),
         )
-        if ok:
-            self._wakeup.notify(held.key)
-        return ok
+        return self._woken(held.key, ok)
 
     def mark_effect(self, held: Held) -> bool:
         return self._keeping_expiry(

@@ -6,7 +6,7 @@ coroutines on a future resolved thread-safely on their own loop. ``notify(key)``
 both. Nothing is kept for keys nobody waits on. The memory store notifies it on every
 change; SQLite for changes made in this process; PostgreSQL from its ``LISTEN`` thread.
 
-:func:`watch_polling` / :func:`awatch_polling`: the watch of a store whose wake-ups can be
+:class:`Poller` (``watch`` / ``awatch``): the watch of a store whose wake-ups can be
 missed (another process wrote the record): read the record, sleep until a wake-up, the
 lease deadline or a poll interval that doubles from ``first_poll`` up to
 ``poll_interval``, and read again, until the record stops being RUNNING at the waiter's
@@ -20,12 +20,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..core.record import Record
 
-__all__ = ["LeaseProbe", "Wakeup", "awatch_polling", "watch_polling"]
+__all__ = ["LeaseProbe", "Poller", "Wakeup"]
 
 #: Reads the record under the watched key and the store's clock (ms).
 Read = Callable[[], "tuple[Record | None, int]"]
@@ -136,56 +137,47 @@ class LeaseProbe:
         return max(0.0, min(deadline - now, self.lease_end - now, delay))
 
 
-def watch_polling(
-    wakeup: Wakeup,
-    topic: str,
-    *,
-    fence: int,
-    timeout: float,
-    read: Read,
-    first_poll: float,
-    poll_interval: float,
-) -> None:
-    """Block until the record changes (see the module docstring); ``topic`` is what
-    ``wakeup.notify`` is called with for this key."""
-    deadline = time.monotonic() + max(0.0, timeout)
-    probe = LeaseProbe(fence)
+@dataclass(frozen=True, slots=True)
+class Poller:
+    """The watch of a store whose wake-ups can be missed: ``wakeup`` is notified with a
+    key's topic, and between wake-ups the record is read again on a delay that doubles
+    from ``first_poll`` up to ``poll_interval``."""
 
-    def changed() -> bool:
-        return probe.update(*read())
+    wakeup: Wakeup
+    first_poll: float
+    poll_interval: float
 
-    delay = first_poll
-    changed()  # learn the lease deadline before choosing the first sleep
-    while not probe.changed:
-        wait = probe.slice(deadline, delay)
-        if wait is None:
-            return
-        wakeup.wait(topic, changed, wait)
-        delay = min(delay * 2, poll_interval)
+    def watch(self, topic: str, *, fence: int, timeout: float, read: Read) -> None:
+        """Block until the record changes (see the module docstring); ``topic`` is what
+        ``wakeup.notify`` is called with for this key."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        probe = LeaseProbe(fence)
 
+        def changed() -> bool:
+            return probe.update(*read())
 
-async def awatch_polling(
-    wakeup: Wakeup,
-    topic: str,
-    *,
-    fence: int,
-    timeout: float,
-    read: AsyncRead,
-    first_poll: float,
-    poll_interval: float,
-) -> None:
-    """The async twin of :func:`watch_polling`."""
-    deadline = time.monotonic() + max(0.0, timeout)
-    probe = LeaseProbe(fence)
+        delay = self.first_poll
+        changed()  # learn the lease deadline before choosing the first sleep
+        while not probe.changed:
+            wait = probe.slice(deadline, delay)
+            if wait is None:
+                return
+            self.wakeup.wait(topic, changed, wait)
+            delay = min(delay * 2, self.poll_interval)
 
-    async def changed() -> bool:
-        return probe.update(*await read())
+    async def awatch(self, topic: str, *, fence: int, timeout: float, read: AsyncRead) -> None:
+        """The async twin of :meth:`watch`."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        probe = LeaseProbe(fence)
 
-    delay = first_poll
-    await changed()
-    while not probe.changed:
-        wait = probe.slice(deadline, delay)
-        if wait is None:
-            return
-        await wakeup.await_(topic, changed, wait)
-        delay = min(delay * 2, poll_interval)
+        async def changed() -> bool:
+            return probe.update(*await read())
+
+        delay = self.first_poll
+        await changed()
+        while not probe.changed:
+            wait = probe.slice(deadline, delay)
+            if wait is None:
+                return
+            await self.wakeup.await_(topic, changed, wait)
+            delay = min(delay * 2, self.poll_interval)

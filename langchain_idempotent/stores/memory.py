@@ -139,9 +139,7 @@ class InMemoryIdempotencyStore(DecidesInPython):
     def delete(self, key: str) -> bool:
         with self._lock:
             existed = self._records.pop(key, None) is not None
-        if existed:
-            self._wakeup.notify(key)
-        return existed
+        return self._woken(key, existed)
 
     def list(
         self,

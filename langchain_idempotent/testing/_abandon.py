@@ -17,9 +17,7 @@ class AbandonContract(ContractBase):
     async def test_an_abandoned_key_is_taken_over_at_once_and_told_it_was_cancelled(
         self, face: Face
     ) -> None:
-        key = new_key()
-        c = await face.claim(key, "a", lease_ms=LONG_MS)
-        assert await face.abandon(key, owner="a", fence=c.fence)
+        key, c = await self.abandoned(face, lease_ms=LONG_MS)
         rec = require(await face.get(key))
         assert rec.state is State.RUNNING
         assert rec.uncertain(await face.now_ms())
@@ -42,7 +40,7 @@ class AbandonContract(ContractBase):
     async def test_an_error_abandon_hands_the_exception_type_to_the_next_claim(
         self, face: Face
     ) -> None:
-        key, key2 = new_key(), new_key()
+        key = new_key()
         c = await face.claim(key, "a", boundary=True)
         assert await face.mark_effect(key, owner="a", fence=c.fence)
         assert await face.abandon(
@@ -73,8 +71,7 @@ class AbandonContract(ContractBase):
         again = await face.claim(key, "c")
         assert (again.reason, again.error_type, again.entered) == ("lease_expired", None, True)
         # Other reasons carry no error type.
-        c2 = await face.claim(key2, "a")
-        assert await face.abandon(key2, owner="a", fence=c2.fence)
+        key2, _ = await self.abandoned(face)
         assert (await face.claim(key2, "b")).error_type is None
 
     @pytest.mark.parametrize(
@@ -100,27 +97,18 @@ class AbandonContract(ContractBase):
     async def test_an_abandoned_key_under_on_expired_raise_is_expired_and_stays_uncertain(
         self, face: Face
     ) -> None:
-        key = new_key()
-        c = await face.claim(key, "a")
-        assert await face.abandon(key, owner="a", fence=c.fence)
-        before = require(await face.get(key))
-        expired = await face.claim(key, "b", on_expired="raise")
-        assert expired.outcome is ClaimOutcome.EXPIRED
+        key, c = await self.abandoned(face)
+        _, expired = await self.claim_raising(face, key)
         assert (expired.fence, expired.reason) == (c.fence, "cancelled")
-        after = require(await face.get(key))
-        assert (after.state, after.owner, after.fence) == (before.state, before.owner, before.fence)
 
     async def test_an_expired_lease_is_taken_over_with_reason_lease_expired(
         self, face: Face
     ) -> None:
-        key = new_key()
-        _, taken = await self.taken_over(face, key)
+        _, _, taken = await self.taken_over(face)
         assert taken.reason == "lease_expired"
-        key2 = new_key()
-        await face.claim(key2, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease(face)
-        expired = await face.claim(key2, "b", on_expired="raise")
-        assert (expired.outcome, expired.reason) == (ClaimOutcome.EXPIRED, "lease_expired")
+        key, _ = await self.expired(face)
+        _, expired = await self.claim_raising(face, key)
+        assert expired.reason == "lease_expired"
 
     async def test_a_released_or_fresh_key_is_not_uncertain(self, face: Face) -> None:
         key = new_key()
@@ -157,9 +145,7 @@ class AbandonContract(ContractBase):
     async def test_the_owner_that_abandoned_can_no_longer_renew_release_or_abandon(
         self, face: Face
     ) -> None:
-        key = new_key()
-        c = await face.claim(key, "a")
-        assert await face.abandon(key, owner="a", fence=c.fence)
+        key, c = await self.abandoned(face)
         assert not await face.renew(key, owner="a", fence=c.fence)
         assert not await face.release(key, owner="a", fence=c.fence)
         assert not await face.abandon(key, owner="a", fence=c.fence)
@@ -167,15 +153,11 @@ class AbandonContract(ContractBase):
     async def test_a_result_stored_after_a_takeover_cannot_be_overwritten_by_the_late_owner(
         self, face: Face
     ) -> None:
-        key = new_key()
-        c = await face.claim(key, "a")
-        assert await face.abandon(key, owner="a", fence=c.fence)
+        key, c = await self.abandoned(face)
         taken = await face.claim(key, "b")
         stored = await face.complete(key, "b", taken.fence, b"reconciled")
         assert stored.stored and not stored.stale
-        late = await face.complete(key, "a", c.fence, b"late")
-        assert (late.stored, late.stale, late.payload) == (False, True, b"reconciled")
-        assert require(await face.get(key)).payload == b"reconciled"
+        await self.assert_late_completion_refused(face, key, c.fence, kept=b"reconciled")
 
     async def test_abandon_wakes_a_watcher_promptly(self, face: Face) -> None:
         key = new_key()

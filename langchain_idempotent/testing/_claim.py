@@ -89,18 +89,14 @@ class ClaimContract(ContractBase):
     # -- an expired lease: owned, takeover, expired ------------------------------------
 
     async def test_an_owner_reclaiming_its_own_expired_lease_gets_it_back(self, face: Face) -> None:
-        key = new_key()
-        await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease(face)
+        key, _ = await self.expired(face)
         again = await face.claim(key, "a", on_expired="raise")
         assert (again.outcome, again.fence, again.attempt) == (ClaimOutcome.OWNED, 1, 1)
 
     async def test_an_expired_lease_is_taken_over_with_the_next_fence_and_attempt(
         self, face: Face
     ) -> None:
-        key = new_key()
-        await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease(face)
+        key, _ = await self.expired(face)
         t = await face.claim(key, "b")
         assert t.outcome is ClaimOutcome.TAKEOVER
         assert t.outcome.runs
@@ -112,12 +108,8 @@ class ClaimContract(ContractBase):
     async def test_an_expired_lease_is_reported_and_left_alone_when_on_expired_is_raise(
         self, face: Face
     ) -> None:
-        key = new_key()
-        await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease(face)
-        before = require(await face.get(key))
-        e = await face.claim(key, "b", on_expired="raise")
-        assert e.outcome is ClaimOutcome.EXPIRED
+        key, _ = await self.expired(face)
+        before, e = await self.claim_raising(face, key)
         assert not e.outcome.runs
         assert (e.fence, e.attempt) == (1, 1)
         assert await face.get(key) == before

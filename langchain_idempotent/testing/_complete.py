@@ -33,27 +33,22 @@ class CompleteContract(ContractBase):
     async def test_a_stale_owners_first_completion_is_stored_and_replayed_to_the_new_owner(
         self, face: Face
     ) -> None:
-        key = new_key()
-        old, new = await self.taken_over(face, key)
+        key, old, new = await self.taken_over(face)
         late = await face.complete(key, "a", old.fence, b"from-a")
         assert (late.stored, late.stale, late.payload) == (True, True, b"from-a")
         mine = await face.complete(key, "b", new.fence, b"from-b")
         assert (mine.stored, mine.payload) == (False, b"from-a")
         assert not await face.renew(key, owner="b", fence=new.fence, lease_ms=LONG_MS)
         assert not await face.release(key, owner="b", fence=new.fence)
-        replay = await face.claim(key, "c")
-        assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, b"from-a")
+        await self.assert_replays(face, key, b"from-a")
 
     async def test_the_new_owners_completion_wins_over_a_later_stale_completion(
         self, face: Face
     ) -> None:
-        key = new_key()
-        old, new = await self.taken_over(face, key)
+        key, old, new = await self.taken_over(face)
         mine = await face.complete(key, "b", new.fence, b"from-b")
         assert (mine.stored, mine.stale) == (True, False)
-        late = await face.complete(key, "a", old.fence, b"from-a")
-        assert (late.stored, late.stale, late.payload) == (False, True, b"from-b")
-        assert require(await face.get(key)).payload == b"from-b"
+        await self.assert_late_completion_refused(face, key, old.fence, kept=b"from-b")
 
     async def test_a_completion_after_release_is_stored_as_stale(self, face: Face) -> None:
         key = new_key()
@@ -70,8 +65,7 @@ class CompleteContract(ContractBase):
         rec = require(await face.get(key))
         assert (rec.state, rec.payload, rec.fingerprint) == (State.COMPLETED, b"orphan", FP)
         assert dict(rec.meta) == {"thread_id": "t"}
-        replay = await face.claim(key, "b")
-        assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, b"orphan")
+        await self.assert_replays(face, key, b"orphan")
 
     # -- retention (TTL) ---------------------------------------------------------------
 

@@ -52,9 +52,7 @@ class EffectContract(ContractBase):
     async def test_an_expired_attempt_that_never_entered_its_block_is_a_clean_retry(
         self, face: Face, policy: ExpiredPolicy
     ) -> None:
-        key = new_key()
-        c = await face.claim(key, "a", lease_ms=self.short_lease_ms, boundary=True)
-        await self.sleep_past_lease(face)
+        key, c = await self.expired(face, boundary=True)
         retry = await face.claim(key, "b", on_expired=policy, boundary=True)
         assert retry.outcome is ClaimOutcome.RETRY
         assert retry.outcome.runs
@@ -121,18 +119,14 @@ class EffectContract(ContractBase):
         assert (d.outcome, d.fence, d.entered) == (ClaimOutcome.TAKEOVER, b.fence + 1, mark)
 
     async def test_an_unmarked_attempt_is_taken_over_as_uncertain_as_ever(self, face: Face) -> None:
-        key = new_key()
-        await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        await self.sleep_past_lease(face)
+        key, _ = await self.expired(face)
         got = await face.claim(key, "b", boundary=True)
         assert (got.outcome, got.entered) == (ClaimOutcome.TAKEOVER, False)
 
     async def test_an_attempt_cancelled_before_its_block_is_retried_and_told_why(
         self, face: Face
     ) -> None:
-        key = new_key()
-        c = await face.claim(key, "a", boundary=True)
-        assert await face.abandon(key, owner="a", fence=c.fence)
+        key, _ = await self.abandoned(face, boundary=True)
         retry = await face.claim(key, "b", on_expired="raise")
         assert (retry.outcome, retry.reason) == (ClaimOutcome.RETRY, "cancelled")
         assert require(await face.get(key)).effect == "unmarked"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, Literal, ParamSpec, TypeVar
@@ -183,17 +184,10 @@ class Face:
     async def delete(self, key: str) -> bool:
         return await self._call(self.store.delete, self.store.adelete, key)
 
-    async def list(
-        self,
-        *,
-        namespace: str | None = None,
-        thread_id: str | None = None,
-        limit: int | None = None,
-    ) -> builtins.list[Record]:
-        s = self.store
-        return await self._call(
-            s.list, s.alist, namespace=namespace, thread_id=thread_id, limit=limit
-        )
+    async def list(self, **filters: Any) -> builtins.list[Record]:
+        """``store.list(**filters)``: the store's own keywords (``namespace``, ``thread_id``,
+        ``limit``), passed on as they are."""
+        return await self._call(self.store.list, self.store.alist, **filters)
 
     async def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
         s = self.store
@@ -294,6 +288,12 @@ class ContractBase:
             "slower than that (raise wake_latency_s on the subclass)"
         )
 
+    async def watched_for(self, face: Face, key: str, *, fence: int, timeout: float) -> float:
+        """``face.watch(key, ...)``; returns how long it took (seconds, this host's clock)."""
+        started = time.monotonic()
+        await face.watch(key, fence=fence, timeout=timeout)
+        return time.monotonic() - started
+
     async def pass_time(self, face: Face, ms: int) -> None:
         """Let ``ms`` milliseconds pass on the store's clock: move it (``clock``) or wait."""
         if face.clock is not None:
@@ -308,11 +308,53 @@ class ContractBase:
         else:
             await asyncio.sleep((self.short_lease_ms + self.expiry_margin_ms) / 1000)
 
-    async def taken_over(self, face: Face, key: str) -> tuple[Claim, Claim]:
-        """Owner ``a`` claims ``key`` on a short lease, the lease passes, owner ``b`` takes
-        over. Returns both claims: ``(a's, b's)``."""
-        old = await face.claim(key, "a", lease_ms=self.short_lease_ms)
+    async def abandoned(
+        self, face: Face, *, lease_ms: int = LONG_MS, boundary: bool = False
+    ) -> tuple[str, Claim]:
+        """A new key that owner ``a`` claimed and then abandoned (reason ``cancelled``).
+        Returns the key and ``a``'s claim."""
+        key = new_key()
+        c = await face.claim(key, "a", lease_ms=lease_ms, boundary=boundary)
+        assert await face.abandon(key, owner="a", fence=c.fence)
+        return key, c
+
+    async def expired(self, face: Face, *, boundary: bool = False) -> tuple[str, Claim]:
+        """A new key that owner ``a`` claimed on a short lease, now passed. Returns the key
+        and ``a``'s claim."""
+        key = new_key()
+        c = await face.claim(key, "a", lease_ms=self.short_lease_ms, boundary=boundary)
         await self.sleep_past_lease(face)
+        return key, c
+
+    async def claim_raising(self, face: Face, key: str) -> tuple[Record, Claim]:
+        """Owner ``b`` claims ``key`` with ``on_expired="raise"``: it is told ``EXPIRED``
+        and the record keeps its state, owner and fence. Returns the record as it was
+        before, and the claim."""
+        before = require(await face.get(key))
+        got = await face.claim(key, "b", on_expired="raise")
+        assert got.outcome is ClaimOutcome.EXPIRED
+        after = require(await face.get(key))
+        assert (after.state, after.owner, after.fence) == (before.state, before.owner, before.fence)
+        return before, got
+
+    async def assert_late_completion_refused(
+        self, face: Face, key: str, fence: int, kept: bytes
+    ) -> None:
+        """Owner ``a``'s completion at ``fence``, come too late, is refused as stale and
+        ``kept`` stays the stored payload."""
+        late = await face.complete(key, "a", fence, b"late")
+        assert (late.stored, late.stale, late.payload) == (False, True, kept)
+        assert require(await face.get(key)).payload == kept
+
+    async def assert_replays(self, face: Face, key: str, payload: bytes) -> None:
+        """A new caller's claim of ``key`` replays ``payload``."""
+        replay = await face.claim(key, "replayer")
+        assert (replay.outcome, replay.payload) == (ClaimOutcome.REPLAY, payload)
+
+    async def taken_over(self, face: Face) -> tuple[str, Claim, Claim]:
+        """A new key that owner ``a`` claimed on a short lease, and owner ``b`` took over
+        once the lease passed. Returns the key and both claims: ``(key, a's, b's)``."""
+        key, old = await self.expired(face)
         new = await face.claim(key, "b")
         assert new.outcome is ClaimOutcome.TAKEOVER
-        return old, new
+        return key, old, new

@@ -86,8 +86,7 @@ class LeaseContract(ContractBase):
     # -- stale owners ------------------------------------------------------------------
 
     async def test_a_stale_owner_cannot_renew_or_release_after_a_takeover(self, face: Face) -> None:
-        key = new_key()
-        old, new = await self.taken_over(face, key)
+        key, old, new = await self.taken_over(face)
         assert not await face.renew(key, owner="a", fence=old.fence)
         assert not await face.release(key, owner="a", fence=old.fence)
         rec = require(await face.get(key))

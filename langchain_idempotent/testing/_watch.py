@@ -88,9 +88,7 @@ class WatchContract(ContractBase):
         await face.release(moved, owner="a", fence=c.fence)
         await face.claim(moved, "b")  # fence 2 now runs
         for key in (done, absent, moved):
-            started = time.monotonic()
-            await face.watch(key, fence=1, timeout=5.0)
-            waited = time.monotonic() - started
+            waited = await self.watched_for(face, key, fence=1, timeout=5.0)
             assert waited < self.late_return_s, (
                 f"watch of {key} waited {waited:.3f}s with nothing to wait for (late_return_s "
                 f"= {self.late_return_s}s, timeout 5s)"
@@ -101,9 +99,7 @@ class WatchContract(ContractBase):
     ) -> None:
         key = new_key()
         c = await face.claim(key, "a", lease_ms=self.short_lease_ms)
-        started = time.monotonic()
-        await face.watch(key, fence=c.fence, timeout=5.0)
-        waited = time.monotonic() - started
+        waited = await self.watched_for(face, key, fence=c.fence, timeout=5.0)
         deadline = self.short_lease_ms / 1000
         assert waited < deadline + self.late_return_s, (
             f"watch waited {waited:.3f}s past a {deadline}s lease nobody renewed "
@@ -115,9 +111,7 @@ class WatchContract(ContractBase):
         key = new_key()
         c = await face.claim(key, "a")
         timeout = self.short_lease_ms / 1000
-        started = time.monotonic()
-        await face.watch(key, fence=c.fence, timeout=timeout)
-        waited = time.monotonic() - started
+        waited = await self.watched_for(face, key, fence=c.fence, timeout=timeout)
         assert timeout / 2 <= waited < timeout + self.late_return_s, (
             f"watch of a live lease waited {waited:.3f}s for a {timeout}s timeout (at least "
             f"half of it, late_return_s = {self.late_return_s}s over it)"

@@ -40,20 +40,6 @@ from ...errors import (
     StoreUnavailableError,
 )
 
-__all__ = [
-    "CAPABILITY",
-    "EXTENSION",
-    "HEADER",
-    "MAX_KEY_LENGTH",
-    "META_PREFIX",
-    "Via",
-    "check_key",
-    "check_prefix",
-    "check_via",
-    "error_data",
-    "error_for",
-]
-
 #: Our ``_meta`` prefix (reverse DNS, ``/``-terminated, outside MCP's reserved prefixes).
 META_PREFIX: Final = "dev.langchain-idempotent/"
 #: The ``capabilities.tools`` field a server sets to say it deduplicates by key (SEP-3182).

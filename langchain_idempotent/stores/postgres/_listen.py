@@ -8,7 +8,7 @@ writing transaction (see :mod:`._sql`), so a notification is delivered on commit
 waiters of that key through an in-process :class:`~langchain_idempotent.stores._wakeup.Wakeup`.
 A waiter also re-reads the record on a doubling delay from :data:`_FIRST_POLL` up to
 ``poll_interval`` (the bounded fallback for a dropped listener), and never sleeps past the
-lease deadline it last read (:func:`~langchain_idempotent.stores._wakeup.watch_polling`).
+lease deadline it last read (:class:`~langchain_idempotent.stores._wakeup.Poller`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 
 from ...core.record import Record
-from .._wakeup import Wakeup, awatch_polling, watch_polling
+from .._wakeup import Poller, Wakeup
 
 _log = logging.getLogger("langchain_idempotent.stores.postgres")
 _FIRST_POLL = 0.002
@@ -55,29 +55,16 @@ class _Waiters:
         self._listener: _Listener | None = None
         self.wakeup = Wakeup()
 
+    def _poller(self) -> Poller:
+        return Poller(self.wakeup, _FIRST_POLL, self._poll_interval)
+
     def watch(self, key: str, fence: int, timeout: float, probe: Probe) -> None:
         self.listen()
-        watch_polling(
-            self.wakeup,
-            _hash(key),
-            fence=fence,
-            timeout=timeout,
-            read=probe,
-            first_poll=_FIRST_POLL,
-            poll_interval=self._poll_interval,
-        )
+        self._poller().watch(_hash(key), fence=fence, timeout=timeout, read=probe)
 
     async def awatch(self, key: str, fence: int, timeout: float, probe: AsyncProbe) -> None:
         await asyncio.to_thread(self.listen)  # once per store and process
-        await awatch_polling(
-            self.wakeup,
-            _hash(key),
-            fence=fence,
-            timeout=timeout,
-            read=probe,
-            first_poll=_FIRST_POLL,
-            poll_interval=self._poll_interval,
-        )
+        await self._poller().awatch(_hash(key), fence=fence, timeout=timeout, read=probe)
 
     def listen(self) -> None:
         """Start the listener unless it runs, and wait (bounded) until it listens."""

@@ -46,6 +46,7 @@ from ...core.record import (
     parse_reason,
 )
 from ...errors import CorruptRecordError
+from .._filters import meta_filter
 
 #: Upgrades from the first release on, append-only: ``MIGRATIONS[i]`` holds the statements
 #: (``{t}``: the table) that take a table from layout version ``i + 1`` to ``i + 2``, to run
@@ -588,18 +589,11 @@ class _Queries:
     def listing(
         self, namespace: str | None, thread_id: str | None, limit: int | None
     ) -> tuple[str, tuple[Any, ...]]:
-        query, params = self._list, list[Any]()
-        if namespace is not None:
-            query += " AND namespace = %s"
-            params.append(namespace)
-        if thread_id is not None:
-            query += " AND thread_id = %s"
-            params.append(thread_id)
-        query += " ORDER BY created_at, key"
-        if limit is not None:
-            query += " LIMIT %s"
-            params.append(max(0, limit))
-        return query, tuple(params)
+        where, params = meta_filter(namespace, thread_id, "%s")
+        query = f"{self._list}{where} ORDER BY created_at, key"
+        if limit is None:
+            return query, tuple(params)
+        return f"{query} LIMIT %s", (*params, max(0, limit))
 
     def purging(self, thread_id: str, namespace: str | None) -> tuple[str, tuple[Any, ...]]:
         where, params = "thread_id = %s", [thread_id]

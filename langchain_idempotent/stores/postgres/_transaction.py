@@ -28,7 +28,35 @@ from ._sql import _completion, _Queries
 __all__ = ["AsyncPostgresTransaction", "PostgresTransaction"]
 
 
-class PostgresTransaction:
+def _unknown_commit(key: str, exc: BaseException) -> StoreUnavailableError:
+    """The connection failed while completing: whether the transaction committed is unknown
+    (a retry replays it, or takes over)."""
+    return StoreUnavailableError(
+        f"PostgreSQL: the transactional completion failed ({exc}); whether it committed is unknown",
+        key=key,
+    )
+
+
+class _Transaction:
+    """What both transactions keep: the connection, its pool, its ``autocommit`` before
+    the transaction (given back with it), and whether the transaction has ended."""
+
+    def __init__(self, queries: _Queries, pool: Any, conn: Any) -> None:
+        self._q, self._pool, self.connection = queries, pool, conn
+        self._autocommit = conn.autocommit
+        self._done = False
+
+    def _ending(self) -> bool:
+        """``True`` the first time only: the caller ends the transaction."""
+        done, self._done = self._done, True
+        return not done
+
+    def _reusable(self) -> bool:
+        """Whether the connection can take its ``autocommit`` back (it is still open)."""
+        return not self.connection.broken and not self.connection.closed
+
+
+class PostgresTransaction(_Transaction):
     """A transaction a tool writes in; the completion commits with it or not at all.
 
     ``connection`` is a psycopg ``Connection`` in a transaction (``autocommit`` off until
@@ -40,10 +68,10 @@ class PostgresTransaction:
     connection to the pool.
     """
 
+    _pool: ConnectionPool[Any]
+
     def __init__(self, queries: _Queries, pool: ConnectionPool[Any], conn: Any) -> None:
-        self._q, self._pool, self.connection = queries, pool, conn
-        self._autocommit = conn.autocommit
-        self._done = False
+        super().__init__(queries, pool, conn)
         try:
             if conn.autocommit:
                 conn.autocommit = False
@@ -72,11 +100,7 @@ class PostgresTransaction:
             raise
         except _ERRORS as exc:
             self.rollback()
-            raise StoreUnavailableError(
-                f"PostgreSQL: the transactional completion failed ({exc}); whether it "
-                "committed is unknown",
-                key=key,
-            ) from exc
+            raise _unknown_commit(key, exc) from exc
         finally:
             self._finish()
 
@@ -89,25 +113,23 @@ class PostgresTransaction:
         self._finish()
 
     def _finish(self) -> None:
-        if self._done:
+        if not self._ending():
             return
-        self._done = True
-        conn = self.connection
         with contextlib.suppress(*_ERRORS):
-            if not conn.broken and not conn.closed:
-                conn.autocommit = self._autocommit
+            if self._reusable():
+                self.connection.autocommit = self._autocommit
         with contextlib.suppress(*_ERRORS):
-            self._pool.putconn(conn)
+            self._pool.putconn(self.connection)
 
 
-class AsyncPostgresTransaction:
+class AsyncPostgresTransaction(_Transaction):
     """The async twin of :class:`PostgresTransaction` (``connection`` is an
     ``AsyncConnection``)."""
 
+    _pool: AsyncConnectionPool[Any]
+
     def __init__(self, queries: _Queries, pool: AsyncConnectionPool[Any], conn: Any) -> None:
-        self._q, self._pool, self.connection = queries, pool, conn
-        self._autocommit = conn.autocommit
-        self._done = False
+        super().__init__(queries, pool, conn)
         self._begun = False
 
     async def begin(self) -> AsyncPostgresTransaction:
@@ -135,11 +157,7 @@ class AsyncPostgresTransaction:
             raise
         except _ERRORS as exc:
             await self.rollback()
-            raise StoreUnavailableError(
-                f"PostgreSQL: the transactional completion failed ({exc}); whether it "
-                "committed is unknown",
-                key=key,
-            ) from exc
+            raise _unknown_commit(key, exc) from exc
         finally:
             await self._finish()
 
@@ -151,12 +169,10 @@ class AsyncPostgresTransaction:
         await self._finish()
 
     async def _finish(self) -> None:
-        if self._done:
+        if not self._ending():
             return
-        self._done = True
-        conn = self.connection
         with contextlib.suppress(*_ERRORS):
-            if not conn.broken and not conn.closed:
-                await conn.set_autocommit(self._autocommit)
+            if self._reusable():
+                await self.connection.set_autocommit(self._autocommit)
         with contextlib.suppress(*_ERRORS):
-            await self._pool.putconn(conn)
+            await self._pool.putconn(self.connection)

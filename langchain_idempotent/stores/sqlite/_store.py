@@ -72,7 +72,8 @@ from ...core.record import Claim, Completion, Record
 from ...core.store import ClaimRequest, CompleteRequest, Held
 from ...errors import StoreUnavailableError
 from .._deciding import DecidesInPython, Decision
-from .._wakeup import Wakeup, awatch_polling, watch_polling
+from .._filters import meta_filter
+from .._wakeup import Poller, Wakeup
 from ._connections import Pool
 from ._describe import describe_file
 from ._schema import COLUMNS, ensure_schema, expired, live, rollback, write_row
@@ -263,26 +264,18 @@ class SqliteIdempotencyStore(DecidesInPython):
 
     # -- watch ---------------------------------------------------------------------------
 
+    def _poller(self) -> Poller:
+        return Poller(self._wakeup, _FIRST_POLL, self._poll_interval)
+
+    def _read(self, key: str) -> tuple[Record | None, int]:
+        return self.get(key), self.now_ms()
+
     def watch(self, key: str, *, fence: int, timeout: float) -> None:
-        watch_polling(
-            self._wakeup,
-            key,
-            fence=fence,
-            timeout=timeout,
-            read=lambda: (self.get(key), self.now_ms()),
-            first_poll=_FIRST_POLL,
-            poll_interval=self._poll_interval,
-        )
+        self._poller().watch(key, fence=fence, timeout=timeout, read=lambda: self._read(key))
 
     async def awatch(self, key: str, *, fence: int, timeout: float) -> None:
-        await awatch_polling(
-            self._wakeup,
-            key,
-            fence=fence,
-            timeout=timeout,
-            read=lambda: asyncio.to_thread(lambda: (self.get(key), self.now_ms())),
-            first_poll=_FIRST_POLL,
-            poll_interval=self._poll_interval,
+        await self._poller().awatch(
+            key, fence=fence, timeout=timeout, read=lambda: asyncio.to_thread(self._read, key)
         )
 
     # -- operator helpers ----------------------------------------------------------------
@@ -296,9 +289,7 @@ class SqliteIdempotencyStore(DecidesInPython):
             return row is not None and not expired(row[0], now)
 
         existed = self._in_write_txn(key, body)
-        if existed:
-            self._wakeup.notify(key)
-        return existed
+        return self._woken(key, existed)
 
     def list(
         self,
@@ -307,7 +298,7 @@ class SqliteIdempotencyStore(DecidesInPython):
         thread_id: str | None = None,
         limit: int | None = None,
     ) -> list[Record]:
-        where, params = self._filter(namespace, thread_id)
+        where, params = meta_filter(namespace, thread_id, "?")
         now = self.now_ms()
         with self._connection(None) as db:
             rows = db.execute(
@@ -318,7 +309,7 @@ class SqliteIdempotencyStore(DecidesInPython):
         return [rec for row in rows if (rec := live(row[0], row, now, self._table)[0]) is not None]
 
     def purge(self, *, thread_id: str, namespace: str | None = None) -> int:
-        where, params = self._filter(namespace, thread_id)
+        where, params = meta_filter(namespace, thread_id, "?")
 
         def body(db: sqlite3.Connection, now: int) -> list[str]:
             rows = db.execute(
@@ -428,16 +419,6 @@ class SqliteIdempotencyStore(DecidesInPython):
                 rollback(db)
                 raise
             return out
-
-    def _filter(self, namespace: str | None, thread_id: str | None) -> tuple[str, tuple[str, ...]]:
-        where, params = "", []
-        if thread_id is not None:
-            where += " AND thread_id = ?"
-            params.append(thread_id)
-        if namespace is not None:
-            where += " AND namespace = ?"
-            params.append(namespace)
-        return where, tuple(params)
 
     # -- connections ---------------------------------------------------------------------
 
