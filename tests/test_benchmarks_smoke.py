@@ -250,3 +250,16 @@ def test_the_workers_run_executes_each_key_once_at_every_concurrency(
             assert c["results"] == c["calls"] > 0 and c["errors"] == {}
             assert 0 < c["p50_us"] <= c["p99_us"]
     assert (tmp_path / "workers-quick.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_call_path_lists_every_module_a_first_run_enters_from_toolnode_to_the_store() -> None:
+    from langchain_idempotent import InMemoryIdempotencyStore
+
+    from benchmarks.call_path import trace_first_run
+
+    rooms, moves = trace_first_run(InMemoryIdempotencyStore())
+    assert rooms[0] == "adapters/tool.py"  # ToolNode calls the wrapper first
+    for room in ("adapters/_opening.py", "core/engine.py", "core/_flow.py", "stores/memory.py"):
+        assert room in rooms
+    assert ("LangChain", "adapters/tool.py") in moves
+    assert ("core/engine.py", "stores/memory.py") in moves  # the store's claim
