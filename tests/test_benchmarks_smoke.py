@@ -253,9 +253,8 @@ def test_the_workers_run_executes_each_key_once_at_every_concurrency(
 
 
 def test_the_call_path_lists_every_module_a_first_run_enters_from_toolnode_to_the_store() -> None:
-    from langchain_idempotent import InMemoryIdempotencyStore
-
     from benchmarks.call_path import trace_first_run
+    from langchain_idempotent import InMemoryIdempotencyStore
 
     rooms, moves = trace_first_run(InMemoryIdempotencyStore())
     assert rooms[0] == "adapters/tool.py"  # ToolNode calls the wrapper first
