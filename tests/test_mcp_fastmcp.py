@@ -323,9 +323,7 @@ async def test_an_elicitation_resume_lost_after_the_commit_is_paid_once(
     from mcp.types import ElicitResult, InputRequiredResult
 
     args = ("--elicit", "--die-after", "record", "--die-marker", str(tmp_path / "died"))
-    with bank(
-        tmp_path, transport, ours=True, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
-    ) as the_bank:
+    with bank(tmp_path, transport, ours=True, args=args) as the_bank:
         client = the_bank.fastmcp_client()
         through = with_idempotency_key(client) if keyed else client
         asked: list[Any] = []
@@ -412,9 +410,7 @@ async def test_langchain_mcp_interrupt_elicitation_resumed_after_a_lost_reply_re
     from tests.support.graphs import ScriptedChatModel, call, calls, final, thread
 
     args = ("--elicit", "--die-after", "record", "--die-marker", str(tmp_path / "died"))
-    with bank(
-        tmp_path, "http", ours=True, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
-    ) as the_bank:
+    with bank(tmp_path, "http", ours=True, args=args) as the_bank:
         client = the_bank.fastmcp_client()
         adapter = lc_mcp.MCPAdapter(with_idempotency_key(client) if keyed else client)
         async with adapter:
