@@ -25,7 +25,7 @@ from langgraph.types import RetryPolicy
 
 from langchain_idempotent import IdempotencyError
 from tests.support.graphs import ScriptedChatModel, call, calls, thread
-from tests.support.mcp_bank import bank
+from tests.support.mcp_bank import LOST_REPLY_TIMEOUT_S, bank
 
 REFUND = {"order_id": "A-7", "amount": 140}
 LOST = ("--die-after", "record")
@@ -45,7 +45,9 @@ async def test_a_tool_node_retry_after_a_lost_reply_refunds_once(
     tmp_path: Path, transport: str, ours: bool, rows: int
 ) -> None:
     args = (*LOST, "--die-marker", str(tmp_path / "died"))
-    with bank(tmp_path, transport, ours=ours, args=args) as the_bank:
+    with bank(
+        tmp_path, transport, ours=ours, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
+    ) as the_bank:
         tool = await the_bank.tool()
         graph = StateGraph(MessagesState)
         graph.add_node(
@@ -74,7 +76,9 @@ async def test_create_agent_with_tool_retry_after_a_lost_reply_refunds_once(
     tmp_path: Path, ours: bool, rows: int
 ) -> None:
     args = (*LOST, "--die-marker", str(tmp_path / "died"))
-    with bank(tmp_path, "http", ours=ours, args=args) as the_bank:
+    with bank(
+        tmp_path, "http", ours=ours, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
+    ) as the_bank:
         tool = await the_bank.tool()
         model = ScriptedChatModel(script=[calls(call("refund", REFUND))])
         agent = create_agent(

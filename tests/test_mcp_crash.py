@@ -24,7 +24,7 @@ from langchain_idempotent import (
     PayloadMismatchError,
     idempotency_scope,
 )
-from tests.support.mcp_bank import bank, retried, wait_for
+from tests.support.mcp_bank import LOST_REPLY_TIMEOUT_S, bank, retried, wait_for
 
 #: stdio spawns a server process per session (seconds each on a busy machine): slow.
 TRANSPORTS = ["http", pytest.param("stdio", marks=pytest.mark.slow)]
@@ -44,7 +44,9 @@ async def test_a_reply_lost_after_the_commit_is_paid_once_when_the_server_dedupe
     # The server records the result (plain: commits the row), then is SIGKILLed before
     # it replies; the client's retry reaches the restarted server with the same key.
     args = ("--die-after", "record", "--die-marker", str(tmp_path / "died"))
-    with bank(tmp_path, transport, ours=ours, args=args) as the_bank:
+    with bank(
+        tmp_path, transport, ours=ours, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
+    ) as the_bank:
         tool = await the_bank.tool()
         with idempotency_scope("ticket-1"):
             with pytest.raises(Exception) as lost:
@@ -133,7 +135,9 @@ async def test_a_server_killed_after_its_effect_is_reconciled_instead_of_paid_tw
     # and asks reconcile= (the bank's rows by key) before refunding again.
     args: tuple[str, ...] = ("--die-after", "effect", "--die-marker", str(tmp_path / "died"))
     args += ("--lease", "1") + (("--reconcile",) if reconcile else ())
-    with bank(tmp_path, transport, ours=ours, args=args) as the_bank:
+    with bank(
+        tmp_path, transport, ours=ours, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
+    ) as the_bank:
         tool = await the_bank.tool()
         with idempotency_scope("ticket-4"):
             with pytest.raises(Exception):  # noqa: B017

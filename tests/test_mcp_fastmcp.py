@@ -39,7 +39,7 @@ from langchain_idempotent.integrations.mcp import (
     with_idempotency_key,
 )
 from langchain_idempotent.integrations.mcp._compat import MCP_MAJOR, MCPError
-from tests.support.mcp_bank import Bank, bank, retried
+from tests.support.mcp_bank import LOST_REPLY_TIMEOUT_S, Bank, bank, retried
 
 KEY = META_PREFIX + "key"
 REFUND = {"order_id": "A-1", "amount": 140}
@@ -244,7 +244,9 @@ async def test_a_reply_lost_after_the_commit_is_paid_once_through_langchain_mcp(
     # replies; the retry reaches the restarted server. Only with the key in _meta does
     # the server know it is the same call.
     args = ("--die-after", "record", "--die-marker", str(tmp_path / "died"))
-    with bank(tmp_path, transport, ours=True, args=args) as the_bank:
+    with bank(
+        tmp_path, transport, ours=True, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
+    ) as the_bank:
         tool = await tool_of(the_bank, keyed=keyed)
         with idempotency_scope("ticket-1"):
             with pytest.raises(Exception) as lost:
@@ -267,7 +269,9 @@ async def test_create_agent_with_tool_retry_through_langchain_mcp_refunds_once(
     from tests.support.graphs import ScriptedChatModel, call, calls, thread
 
     args = ("--die-after", "record", "--die-marker", str(tmp_path / "died"))
-    with bank(tmp_path, "http", ours=True, args=args) as the_bank:
+    with bank(
+        tmp_path, "http", ours=True, args=args, read_timeout=LOST_REPLY_TIMEOUT_S
+    ) as the_bank:
         tool = await tool_of(the_bank, keyed=keyed)
         agent = create_agent(
             ScriptedChatModel(script=[calls(call("refund", REFUND))]),

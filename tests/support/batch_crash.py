@@ -37,6 +37,12 @@ from langchain_idempotent.core.reconcile import ReconcileCall
 from langchain_idempotent.core.store import BaseIdempotencyStore
 
 CALLS = 40
+#: The protected tool's lease: the resumed run waits it out once for the calls in flight at
+#: the kill (the library's 2 s default works the same, only slower).
+LEASE_S = 1.0
+#: Each refund's two halves (before and after the ledger write): long enough that calls
+#: are in flight when the worker is killed.
+STEP_S = 0.03
 
 
 def open_store(spec: str) -> BaseIdempotencyStore:
@@ -59,14 +65,14 @@ def refund_tool(folder: Path) -> StructuredTool:
     def refund(invoice: str) -> str:
         """Refund an invoice."""
         (folder / "started" / invoice).touch()
-        time.sleep(0.1)  # prepare
+        time.sleep(STEP_S)  # prepare
         ctx = get_idempotency_context()
         key = ctx.key if ctx is not None else uuid.uuid4().hex
         if key not in ledger_keys(folder):  # the downstream deduplicates by key
             entry = f"{invoice}.{uuid.uuid4().hex}"
             (folder / "tmp" / entry).write_text(key)  # then moved in: a refund is whole
             os.replace(folder / "tmp" / entry, folder / "ledger" / entry)
-        time.sleep(0.1)  # the answer travels back
+        time.sleep(STEP_S)  # the answer travels back
         (folder / "ended" / invoice).touch()
         return f"refunded {invoice}"
 
@@ -89,7 +95,7 @@ def main(folder: Path, spec: str, effect: str, mode: str, phase: str) -> None:
 
     tool: Any = refund_tool(folder)
     if mode == "ours":
-        options: dict[str, Any] = {"reconcile": found, "on_event": seen}
+        options: dict[str, Any] = {"reconcile": found, "on_event": seen, "lease": LEASE_S}
         if effect != "none":
             options["effect"] = effect
         [tool] = idempotent([tool], open_store(spec), **options)

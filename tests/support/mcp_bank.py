@@ -24,7 +24,14 @@ from langchain_core.tools import BaseTool
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
 
-from .mcp_servers import SCRIPT, RefundMcpServer, Rows, http_connection, stdio_connection
+from .mcp_servers import (
+    READ_TIMEOUT_S,
+    SCRIPT,
+    RefundMcpServer,
+    Rows,
+    http_connection,
+    stdio_connection,
+)
 
 if TYPE_CHECKING:
     from fastmcp import Client
@@ -32,22 +39,35 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["Bank", "bank", "retried", "wait_for"]
+__all__ = ["LOST_REPLY_TIMEOUT_S", "Bank", "bank", "retried", "wait_for"]
+
+#: The read timeout of the tests whose server dies before it replies: over streamable HTTP
+#: that lost reply is noticed only when the timeout fires, so each such test waits it out
+#: once. A healthy call here is a SQLite row (or a 1 s lease waited out), well under it.
+LOST_REPLY_TIMEOUT_S = 3.0
 
 
 class Bank:
-    def __init__(self, directory: Path, transport: str, args: list[str]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        transport: str,
+        args: list[str],
+        *,
+        read_timeout: float = READ_TIMEOUT_S,
+    ) -> None:
         self.dir = directory
         self.rows = Rows(directory / "rows.db")
         self.events = directory / "events.log"
         self.hold = directory / "hold"
         self.server: RefundMcpServer | None = None
         self.args = args
+        self.read_timeout = read_timeout
         if transport == "http":
             self.server = RefundMcpServer(directory, args)
             self.server.start()
             self.server.keep_alive()
-            self.connection = http_connection(self.server)
+            self.connection = http_connection(self.server, read_timeout)
         else:
             self.connection = stdio_connection(args)
 
@@ -70,7 +90,7 @@ class Bank:
         from fastmcp.client.transports import StdioTransport
 
         if self.server is not None:
-            return Client(self.server.url, timeout=8)
+            return Client(self.server.url, timeout=self.read_timeout)
         argv = [SCRIPT, "--transport", "stdio", *self.args]
         transport = StdioTransport(sys.executable, argv, env=dict(os.environ), keep_alive=False)
         return Client(transport, timeout=120)
@@ -96,12 +116,18 @@ class Bank:
 
 @contextmanager
 def bank(
-    directory: Path, transport: str, *, ours: bool, args: tuple[str, ...] = ()
+    directory: Path,
+    transport: str,
+    *,
+    ours: bool,
+    args: tuple[str, ...] = (),
+    read_timeout: float = READ_TIMEOUT_S,
 ) -> Iterator[Bank]:
+    """A bank for one test; ``read_timeout`` is the clients' over HTTP (stdio has its own)."""
     argv = ["--rows", str(directory / "rows.db"), "--events", str(directory / "events.log")]
     if ours:
         argv += ["--store", str(directory / "idem.db")]
-    the_bank = Bank(directory, transport, [*argv, *args])
+    the_bank = Bank(directory, transport, [*argv, *args], read_timeout=read_timeout)
     try:
         yield the_bank
     finally:

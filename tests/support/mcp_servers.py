@@ -25,7 +25,7 @@ __all__ = ["SCRIPT", "RefundMcpServer", "Rows", "http_connection", "stdio_connec
 SCRIPT = str(Path(__file__).with_name("mcp_refund_server.py"))
 #: The timeout advice of docs/mcp.md: a call to a server that died mid-call fails after
 #: this instead of hanging (over streamable HTTP the client does not notice the death).
-SESSION_KWARGS: dict[str, Any] = {"read_timeout_seconds": timedelta(seconds=8)}
+READ_TIMEOUT_S = 8.0
 #: Over stdio a dead server is noticed at once (end of its stdout); the timeout only has
 #: to outlast a slow start (it bounds ``initialize`` too).
 STDIO_SESSION_KWARGS: dict[str, Any] = {"read_timeout_seconds": timedelta(seconds=120)}
@@ -101,8 +101,13 @@ class RefundMcpServer(ServerProcess):
         super().close()
 
 
-def http_connection(server: RefundMcpServer) -> dict[str, Any]:
-    return {"transport": "streamable_http", "url": server.url, "session_kwargs": SESSION_KWARGS}
+def http_connection(
+    server: RefundMcpServer, read_timeout: float = READ_TIMEOUT_S
+) -> dict[str, Any]:
+    """The adapters' connection to ``server``; ``read_timeout`` (seconds) bounds each request
+    (``initialize`` too), and is how long a call to a server that died mid-call waits."""
+    kwargs = {"read_timeout_seconds": timedelta(seconds=read_timeout)}
+    return {"transport": "streamable_http", "url": server.url, "session_kwargs": kwargs}
 
 
 def stdio_connection(args: list[str]) -> dict[str, Any]:
