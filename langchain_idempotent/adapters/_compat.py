@@ -75,6 +75,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langgraph.errors import GraphBubbleUp
 
@@ -333,8 +334,6 @@ def state_fields(state: Any) -> Any:
 
 def child_config_var() -> Any:
     """The ``ContextVar`` that ``get_config()`` reads (the running child run's config)."""
-    from langchain_core.runnables.config import var_child_runnable_config
-
     return var_child_runnable_config
 
 

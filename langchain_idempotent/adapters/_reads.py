@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.keys import SCOPE_CONFIG_KEY, TURN_CONFIG_KEY
 from ..core.reads import ABSENT, ReadingDict, Reads, value_digest
 from ..errors import InvalidArgumentsError
-from ._compat import state_fields
+from ._compat import child_config_var, state_channels, state_fields
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -143,8 +143,6 @@ def handed(
 def config_context(reads: Reads | None) -> Iterator[None]:
     """While the tool runs, ``get_config()`` (and so ``get_runtime()``) returns a view of
     the tool run's config that notes into ``reads``."""
-    from ._compat import child_config_var
-
     var = child_config_var()
     current = var.get()
     if reads is None or not isinstance(current, dict):
@@ -192,8 +190,6 @@ def current_digests(paths: Mapping[str, str], config: RunnableConfig, state: Any
     """The digests of what a call would read now at ``paths`` (a stored answer's reads):
     ``state`` is the graph state the call is given (else the running graph's, read through
     LangGraph), ``config`` its config."""
-    from ._compat import state_channels
-
     roots: dict[str, Any] = {"config": config, "configurable": config.get("configurable") or {}}
     wanted = sorted(p.split(".", 1)[1] for p in paths if p.startswith("state."))
     if state is None and (wanted or "state" in paths):
