@@ -85,6 +85,10 @@ __all__ = [
 ]
 
 
+#: The answer to the first claim of a key: always the same (frozen) value, so made once.
+_FIRST_CLAIM = Claim(ClaimOutcome.ACQUIRED, fence=1, attempt=1)
+
+
 def decide_claim(
     rec: Record | None,
     *,
@@ -116,7 +120,7 @@ def decide_claim(
             meta=dict(meta or {}),
             effect=effect,
         )
-        return Claim(ClaimOutcome.ACQUIRED, fence=1, attempt=1), new
+        return _FIRST_CLAIM, new
     if rec.fingerprint != fingerprint:
         return Claim(ClaimOutcome.MISMATCH, fence=rec.fence, attempt=rec.attempt), None
     if rec.done:
