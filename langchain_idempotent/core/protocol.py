@@ -258,14 +258,21 @@ def decide_complete(
         )
         return Completion(stored=True, stale=True, failed=failed, payload=payload), new
     stale = not (rec.state is State.RUNNING and rec.owner == owner and rec.fence == fence)
-    new = replace(
-        rec,
+    # Built whole rather than with ``replace`` (half as costly again, on every first run).
+    new = Record(
+        key=rec.key,
         state=state,
         owner=owner,
         fence=max(rec.fence, fence),
         lease_until=0,
+        fingerprint=rec.fingerprint,
+        attempt=rec.attempt,
         payload=payload,
+        created_at=rec.created_at,
         updated_at=now,
+        version=rec.version,
+        meta=rec.meta,
+        effect=rec.effect,
     )
     return Completion(stored=True, stale=stale, failed=failed, payload=payload), new
 
