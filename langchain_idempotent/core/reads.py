@@ -148,7 +148,7 @@ class ReadingDict(dict[Any, Any]):
         values: Mapping[Any, Any] | None = None,
         whole: bool = True,
     ) -> None:
-        super().__init__(origin if values is None else values)
+        dict.__init__(self, origin if values is None else values)
         self._origin = origin
         self._reads = reads
         self._prefix = prefix
