@@ -59,3 +59,19 @@ def test_running_tools_keep_being_renewed_while_cancelled_ones_are_swept() -> No
     for renewal in live:
         renewal.cancel()
     assert all(n >= 3 for n in renewed), renewed
+
+
+def test_a_cancelled_renewal_falling_due_sweeps_out_every_cancelled_one() -> None:
+    scheduler = _Scheduler()
+    soon = Renewal(0.01, lambda: True)
+    scheduler.add(soon)
+    soon.cancel()
+    for _ in range(10):  # finished calls whose renewals are due much later
+        later = Renewal(60.0, lambda: True)
+        scheduler.add(later)
+        later.cancel()
+    deadline = time.monotonic() + 30
+    while scheduler._heap and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # The thread woke once, for ``soon``, and then has nothing left to wake for.
+    assert scheduler._heap == []

@@ -294,3 +294,13 @@ def test_thread_ids_with_control_characters_are_fine_and_distinct() -> None:
 def test_keys_are_64_hex_chars_safe_for_headers_and_redis() -> None:
     k = key(info(ARGS))
     assert len(k) == 64 and all(c in "0123456789abcdef" for c in k)
+
+
+def test_a_digest_frames_each_part_with_its_length_in_bytes_short_or_long() -> None:
+    import hashlib
+
+    from langchain_idempotent.core.keys import digest
+
+    long = "é" * 200  # 400 bytes: past the lengths written in advance
+    framed = b"3:abc" + b"0:" + b"400:" + long.encode() + b"2:\x00\x01"
+    assert digest("abc", "", long, b"\x00\x01") == hashlib.sha256(framed).hexdigest()

@@ -10,7 +10,7 @@ key is done its payload never changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 import pytest
@@ -634,3 +634,18 @@ def test_only_the_running_owner_at_its_fence_marks_its_effect() -> None:
     assert decide_mark_effect(None, owner="a", fence=1, now=T0) == (False, None)
     ok, new = decide_mark_effect(rec, owner="a", fence=1, now=T0 + 5)
     assert ok and new == replace(rec, effect="entered", updated_at=T0 + 5)
+
+
+def test_a_completion_keeps_every_field_it_does_not_decide() -> None:
+    before = replace(running(fence=3), attempt=2, effect="entered")
+    done = written(complete(before, fence=3, payload=b"ok", now=T0 + 50)[1])
+    decided = {"state", "owner", "fence", "lease_until", "payload", "updated_at"}
+    for f in fields(Record):
+        if f.name not in decided:
+            assert getattr(done, f.name) == getattr(before, f.name), f.name
+    assert (done.state, done.lease_until, done.payload, done.updated_at) == (
+        State.COMPLETED,
+        0,
+        b"ok",
+        T0 + 50,
+    )

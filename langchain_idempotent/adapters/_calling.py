@@ -15,9 +15,7 @@ run, so it must be one object for the process.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -33,16 +31,22 @@ _calling: ContextVar[tuple[str, str] | None] = ContextVar(
 )
 
 
-@contextlib.contextmanager
-def calling(key: str, checkpoint_ns: str) -> Iterator[None]:
+class calling:
     """While a memoized call's tool runs: calls made inside it in a graph it started (a
     sub-agent the tool invokes: another ``checkpoint_ns``) carry ``key`` as their
-    ``CallInfo.parent_call``. A tool called directly by the tool is no sub-agent."""
-    token = _calling.set((key, checkpoint_ns))
-    try:
-        yield
-    finally:
-        _calling.reset(token)
+    ``CallInfo.parent_call``. A tool called directly by the tool is no sub-agent. (A plain
+    class: entered on every call, where a generator-based context manager costs more.)"""
+
+    __slots__ = ("_called", "_token")
+
+    def __init__(self, key: str, checkpoint_ns: str) -> None:
+        self._called = (key, checkpoint_ns)
+
+    def __enter__(self) -> None:
+        self._token = _calling.set(self._called)
+
+    def __exit__(self, *exc: object) -> None:
+        _calling.reset(self._token)
 
 
 def parent_call(checkpoint_ns: str) -> str | None:

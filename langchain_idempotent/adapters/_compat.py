@@ -75,7 +75,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool, StructuredTool, Tool
+from langchain_core.tools.base import _prep_run_args
 from langgraph.errors import GraphBubbleUp
 
 from ..errors import InvalidArgumentsError, MissingScopeError
@@ -103,6 +105,7 @@ __all__ = [
     "injected_params",
     "interrupt_counter",
     "loud",
+    "prep_run_args",
     "run_context",
     "state_channels",
     "task_scratchpad",
@@ -216,6 +219,15 @@ def interrupt_counter(scratchpad: Any) -> Any:
 def injected_args_keys(tool: BaseTool) -> frozenset[str]:
     """The arguments ``tool`` has injected (state, store, runtime, call id)."""
     return tool._injected_args_keys
+
+
+def prep_run_args(
+    value: Any, config: RunnableConfig | None, **kwargs: Any
+) -> tuple[Any, dict[str, Any]]:
+    """What ``BaseTool.invoke`` (and ``ainvoke``) hand ``run``: the tool input (a
+    ``ToolCall``'s arguments) and the run's keyword arguments, the ensured ``config``
+    among them."""
+    return _prep_run_args(value, config, **kwargs)
 
 
 def to_args_and_kwargs(
@@ -333,8 +345,6 @@ def state_fields(state: Any) -> Any:
 
 def child_config_var() -> Any:
     """The ``ContextVar`` that ``get_config()`` reads (the running child run's config)."""
-    from langchain_core.runnables.config import var_child_runnable_config
-
     return var_child_runnable_config
 
 

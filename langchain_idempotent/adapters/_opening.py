@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["Opening", "opening"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Opening:
-    """How a call goes on: as it is (``as_is``), rejected, or under its key."""
+    """How a call goes on: as it is (``as_is``), rejected, or under its key. (Not frozen:
+    every call makes one, and nothing changes it once made.)"""
 
     #: The call under its key (``None``: it runs without one).
     pending: PendingCall | None

@@ -20,15 +20,14 @@ handle, the ``tool_call_id``, the stream writer and the tools are no inputs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..core.keys import SCOPE_CONFIG_KEY, TURN_CONFIG_KEY
 from ..core.reads import ABSENT, ReadingDict, Reads, value_digest
 from ..errors import InvalidArgumentsError
-from ._compat import state_fields
+from ._compat import child_config_var, state_channels, state_fields
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -139,22 +138,26 @@ def handed(
     return out
 
 
-@contextlib.contextmanager
-def config_context(reads: Reads | None) -> Iterator[None]:
+class config_context:
     """While the tool runs, ``get_config()`` (and so ``get_runtime()``) returns a view of
-    the tool run's config that notes into ``reads``."""
-    from ._compat import child_config_var
+    the tool run's config that notes into ``reads`` (``None``: as it is). (A plain class:
+    entered on every call, where a generator-based context manager costs more.)"""
 
-    var = child_config_var()
-    current = var.get()
-    if reads is None or not isinstance(current, dict):
-        yield
-        return
-    token = var.set(view_config(current, reads))
-    try:
-        yield
-    finally:
-        var.reset(token)
+    __slots__ = ("_reads", "_token")
+
+    def __init__(self, reads: Reads | None) -> None:
+        self._reads = reads
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        var = child_config_var()
+        current = var.get()
+        if self._reads is not None and isinstance(current, dict):
+            self._token = var.set(view_config(current, self._reads))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            child_config_var().reset(self._token)
 
 
 class _SeeingTool:
@@ -192,8 +195,6 @@ def current_digests(paths: Mapping[str, str], config: RunnableConfig, state: Any
     """The digests of what a call would read now at ``paths`` (a stored answer's reads):
     ``state`` is the graph state the call is given (else the running graph's, read through
     LangGraph), ``config`` its config."""
-    from ._compat import state_channels
-
     roots: dict[str, Any] = {"config": config, "configurable": config.get("configurable") or {}}
     wanted = sorted(p.split(".", 1)[1] for p in paths if p.startswith("state."))
     if state is None and (wanted or "state" in paths):

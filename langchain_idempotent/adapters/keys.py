@@ -48,6 +48,7 @@ from ..core.keys import derive_key as _derive_key
 from ..core.reads import InjectedInputError
 from ..errors import InvalidArgumentsError
 from ._calling import parent_call
+from ._compat import run_context, state_channels
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -332,8 +333,6 @@ def call_inputs(
     """:func:`key_inputs` of one call as a tool gets it: from its arguments (ToolNode puts
     the injected values there), the whole state the tool is given (else ``state``, else
     the graph's channels) and the run's static context (from ``config``)."""
-    from ._compat import run_context, state_channels
-
     given = args if isinstance(args, Mapping) else {}
     if state is None:
         state = given_state(params, given)

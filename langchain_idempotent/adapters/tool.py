@@ -52,6 +52,7 @@ from ._compat import (
     graph_state_messages,
     injected_args_keys,
     injected_params,
+    prep_run_args,
     to_args_and_kwargs,
 )
 from ._functions import FunctionCall, tool_from_function
@@ -238,43 +239,43 @@ class IdempotentTool(BaseTool):
             tool_input,
         )
 
+    # BaseTool.invoke is prep_run_args, then run: done here in two, so the key is derived
+    # from the config BaseTool's run gets and a call ensures its config once (a copy of
+    # every part of it, the costliest step of an invoke after the tool itself).
+
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        ensured = ensure_config(config)
-        opened: Opening = drive(self._opening(input, ensured), self.engine.store)
+        tool_input, run_kwargs = prep_run_args(input, config, **kwargs)
+        opened: Opening = drive(self._opening(input, run_kwargs["config"]), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return self.inner.invoke(input, config, **kwargs)
         if opened.rejection is not None:
             return self._rejected(opened)
-        config, token = self._start(ensured, opened.pending)
+        if opened.tool_input is not input:  # a reviewer's edit: the tool runs with it
+            tool_input, run_kwargs = prep_run_args(opened.tool_input, config, **kwargs)
+        token = _pending.set(opened.pending)
         try:
-            return super().invoke(opened.tool_input, config, **kwargs)
+            return self.run(tool_input, **_keyed(run_kwargs, opened.pending))
         finally:
             _pending.reset(token)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        ensured = ensure_config(config)
-        opened: Opening = await adrive(self._opening(input, ensured), self.engine.store)
+        tool_input, run_kwargs = prep_run_args(input, config, **kwargs)
+        opened: Opening = await adrive(
+            self._opening(input, run_kwargs["config"]), self.engine.store
+        )
         if opened.as_is:
             with opened.untouched(self.name):
                 return await self.inner.ainvoke(input, config, **kwargs)
         if opened.rejection is not None:
             return self._rejected(opened)
-        config, token = self._start(ensured, opened.pending)
+        if opened.tool_input is not input:
+            tool_input, run_kwargs = prep_run_args(opened.tool_input, config, **kwargs)
+        token = _pending.set(opened.pending)
         try:
-            return await super().ainvoke(opened.tool_input, config, **kwargs)
+            return await self.arun(tool_input, **_keyed(run_kwargs, opened.pending))
         finally:
             _pending.reset(token)
-
-    def _start(
-        self, config: RunnableConfig, pending: PendingCall | None
-    ) -> tuple[RunnableConfig, Any]:
-        """``config`` (already ensured) with the key in its metadata (a shallow copy, no
-        second ``ensure_config``), and ``pending`` handed on to :meth:`_run`."""
-        if pending is not None:
-            metadata = {**config.get("metadata", {}), "idempotency_key": pending.derived.key}
-            config = {**config, "metadata": metadata}  # type: ignore[typeddict-item]
-        return config, _pending.set(pending)
 
     # -- run / arun called directly (legacy executors, user code): the same key ----------
 
@@ -466,6 +467,17 @@ class IdempotentTool(BaseTool):
                 "arguments did not validate against its model-visible schema"
             )
         return pending
+
+
+def _keyed(run_kwargs: dict[str, Any], pending: PendingCall | None) -> dict[str, Any]:
+    """``BaseTool.run``'s keyword arguments (:func:`prep_run_args`) with the call's key in
+    the tool run's metadata, its config's too (shallow copies: no second
+    ``ensure_config``)."""
+    if pending is None:
+        return run_kwargs
+    metadata = {**(run_kwargs["metadata"] or {}), "idempotency_key": pending.derived.key}
+    config = {**run_kwargs["config"], "metadata": metadata}
+    return {**run_kwargs, "metadata": metadata, "config": config}
 
 
 def _listened(

@@ -1,5 +1,7 @@
 """The steps :meth:`Engine._flow <langchain_idempotent.core.engine.Engine._flow>` yields to its
-driver, and what the drivers answer: plain frozen data, no behaviour.
+driver, and what the drivers answer: plain data, no behaviour. Nothing changes them once
+made; they are not frozen because every call makes several, and a frozen dataclass sets
+each field through ``object.__setattr__``, several times the cost of a plain one.
 
 The flow yields a step (claim, watch, run, complete, release, abandon, reconcile); the
 sync or async driver performs it and sends back its answer (a ``Claim``, an
@@ -40,19 +42,19 @@ class _ClaimStep:
     __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _WatchStep:
     fence: int
     timeout: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _RunStep:
     #: ``protected=False`` (fence 0, no lease) when the tool runs unprotected (fail open).
     ctx: IdempotencyContext
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _CompleteStep:
     ctx: IdempotencyContext
     payload: bytes
@@ -62,14 +64,14 @@ class _CompleteStep:
     txn: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _ReleaseStep:
     ctx: IdempotencyContext
     #: Transactional mode: the run's open transaction, rolled back with the release.
     txn: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _AbandonStep:
     ctx: IdempotencyContext
     reason: UncertainReason
@@ -77,7 +79,7 @@ class _AbandonStep:
     error_type: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _ReconcileStep:
     hook: Reconciler
     call: ReconcileCall
@@ -89,7 +91,7 @@ _Step = (
 _CLAIM = _ClaimStep()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Outcome:
     """What the run step answers: the action's value or exception, and in transactional
     mode the transaction still open after a successful run (for the complete step)."""
@@ -99,14 +101,14 @@ class _Outcome:
     txn: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Answer:
     """A final answer found before running (a replay, a reconciled result)."""
 
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Call:
     #: The call's claim, built once
     #: (:meth:`~langchain_idempotent.core.engine.Engine.claim_request`): its key, owner

@@ -400,9 +400,9 @@ class Engine(Flow):
                 txn, ctx = _transactional.begin(self.store, ctx)
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
-        if ctx.protected:
-            held, store = _held(call, ctx), self.store
-            ctx._boundary.mark = lambda: store.mark_effect(held)
+        if ctx.protected:  # (the lease is named only if the tool marks its effect)
+            store = self.store
+            ctx._boundary.mark = lambda: store.mark_effect(_held(call, ctx))
             ctx._journal.run = lambda *step: self._run_step(call, *step)
         token = _current.set(ctx)
         renewal = (
@@ -492,9 +492,9 @@ class Engine(Flow):
             except IdempotencyError as exc:
                 return _Outcome(exc=exc)
         if ctx.protected:
-            held, store, gate = _held(call, ctx), self.store, ctx._boundary
-            gate.mark = lambda: store.mark_effect(held)
-            gate.amark = lambda: store.amark_effect(held)
+            store, gate = self.store, ctx._boundary
+            gate.mark = lambda: store.mark_effect(_held(call, ctx))
+            gate.amark = lambda: store.amark_effect(_held(call, ctx))
             ctx._journal.run = lambda *step: self._run_step(call, *step)
             ctx._journal.arun = lambda *step: self._arun_step(call, *step)
         token = _current.set(ctx)

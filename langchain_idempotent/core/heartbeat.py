@@ -2,8 +2,11 @@
 
 Sync: one daemon thread per process (started on first use, restarted after ``fork``)
 keeps a heap of due renewals. Scheduling is a heap push; a tool that finishes before its
-first renewal is due costs nothing more. Async: a timer on the running loop
-(``loop.call_later``) that starts a renewal task only if the tool is still running.
+first renewal is due costs nothing more: when a cancelled renewal falls due, the thread
+sweeps out every cancelled one and sleeps until the next live one, so under steady load
+it wakes about twice per renewal period, not once per finished call. Async: a timer on
+the running loop (``loop.call_later``) that starts a renewal task only if the tool is
+still running.
 
 A renewal callback returns ``False`` when the lease is gone; it is then not rescheduled.
 """
@@ -73,26 +76,31 @@ class _Scheduler:
                 threading.Thread(
                     target=self._loop, name="idempotency-renewals", daemon=True
                 ).start()
-            heap = self._heap
-            if len(heap) >= self._sweep_at:
-                heap[:] = [entry for entry in heap if not entry[2].cancelled]
-                heapq.heapify(heap)
-                self._sweep_at = max(_SWEEP_AT, 2 * len(heap))
-            heapq.heappush(heap, (due, next(self._seq), renewal))
+            if len(self._heap) >= self._sweep_at:
+                self._sweep()
+            heapq.heappush(self._heap, (due, next(self._seq), renewal))
             if due < self._sleeping_until:  # only wake the thread if it would oversleep
                 self._sleeping_until = due
                 self._cond.notify()
+
+    def _sweep(self) -> None:
+        """Drop the cancelled renewals (the lock held)."""
+        heap = self._heap
+        heap[:] = [entry for entry in heap if not entry[2].cancelled]
+        heapq.heapify(heap)
+        self._sweep_at = max(_SWEEP_AT, 2 * len(heap))
 
     def _loop(self) -> None:
         while True:
             with self._cond:
                 while True:
-                    # Cancelled entries are dropped only when they fall due: the thread then
-                    # always has a finite wake-up time, so ``add`` (whose entry is due later
-                    # than everything already queued, in the common case) never wakes it.
+                    # A cancelled entry that falls due sweeps out every cancelled one: the
+                    # thread then sleeps until the next live renewal (or until ``add``
+                    # wakes it for a new one), not once for every call that finished.
                     if self._heap and self._heap[0][0] <= time.monotonic():
                         _, _, renewal = heapq.heappop(self._heap)
                         if renewal.cancelled:
+                            self._sweep()
                             continue
                         break
                     if self._heap:

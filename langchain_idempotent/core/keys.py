@@ -145,10 +145,16 @@ def graph_path(checkpoint_ns: str | None) -> str:
     )
 
 
+#: ``b"<n>:"`` for the lengths most parts have: formatting bytes costs a key more than
+#: hashing it (two digests, a dozen parts, on every call).
+_LENGTHS = tuple(b"%d:" % n for n in range(256))
+
+
 def digest(*parts: str | bytes) -> str:
     """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update)."""
     data = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogatepass") for p in parts]
-    return hashlib.sha256(b"".join([b"%d:" % len(d) + d for d in data])).hexdigest()
+    framed = [_LENGTHS[len(d)] + d if len(d) < 256 else b"%d:" % len(d) + d for d in data]
+    return hashlib.sha256(b"".join(framed)).hexdigest()
 
 
 def derive_key(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> DerivedKey:

@@ -85,6 +85,10 @@ __all__ = [
 ]
 
 
+#: The answer to the first claim of a key: always the same (frozen) value, so made once.
+_FIRST_CLAIM = Claim(ClaimOutcome.ACQUIRED, fence=1, attempt=1)
+
+
 def decide_claim(
     rec: Record | None,
     *,
@@ -116,7 +120,7 @@ def decide_claim(
             meta=dict(meta or {}),
             effect=effect,
         )
-        return Claim(ClaimOutcome.ACQUIRED, fence=1, attempt=1), new
+        return _FIRST_CLAIM, new
     if rec.fingerprint != fingerprint:
         return Claim(ClaimOutcome.MISMATCH, fence=rec.fence, attempt=rec.attempt), None
     if rec.done:
@@ -254,14 +258,21 @@ def decide_complete(
         )
         return Completion(stored=True, stale=True, failed=failed, payload=payload), new
     stale = not (rec.state is State.RUNNING and rec.owner == owner and rec.fence == fence)
-    new = replace(
-        rec,
+    # Built whole rather than with ``replace`` (half as costly again, on every first run).
+    new = Record(
+        key=rec.key,
         state=state,
         owner=owner,
         fence=max(rec.fence, fence),
         lease_until=0,
+        fingerprint=rec.fingerprint,
+        attempt=rec.attempt,
         payload=payload,
+        created_at=rec.created_at,
         updated_at=now,
+        version=rec.version,
+        meta=rec.meta,
+        effect=rec.effect,
     )
     return Completion(stored=True, stale=stale, failed=failed, payload=payload), new
 

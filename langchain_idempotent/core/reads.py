@@ -20,8 +20,7 @@ its first part for all of it: ``"state.client"``, ``"configurable"``) are not no
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -104,14 +103,22 @@ class Reads:
 _recording: ContextVar[Reads | None] = ContextVar("langchain_idempotent_reads", default=None)
 
 
-@contextlib.contextmanager
-def recording(reads: Reads) -> Iterator[Reads]:
-    """While a memoized call's tool runs: the views it is handed note into ``reads``."""
-    token = _recording.set(reads)
-    try:
-        yield reads
-    finally:
-        _recording.reset(token)
+class recording:
+    """While a memoized call's tool runs: the views it is handed note into ``reads``. (A
+    plain class: entered on every call, where a generator-based context manager costs
+    more.)"""
+
+    __slots__ = ("_reads", "_token")
+
+    def __init__(self, reads: Reads) -> None:
+        self._reads = reads
+
+    def __enter__(self) -> Reads:
+        self._token = _recording.set(self._reads)
+        return self._reads
+
+    def __exit__(self, *exc: object) -> None:
+        _recording.reset(self._token)
 
 
 def current_reads() -> Reads | None:
@@ -141,7 +148,7 @@ class ReadingDict(dict[Any, Any]):
         values: Mapping[Any, Any] | None = None,
         whole: bool = True,
     ) -> None:
-        super().__init__(origin if values is None else values)
+        dict.__init__(self, origin if values is None else values)
         self._origin = origin
         self._reads = reads
         self._prefix = prefix
