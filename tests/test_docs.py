@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from langchain_idempotent.core.events import EVENT_KINDS
 from langchain_idempotent.core.policy import env_fields, option_names
 
 from .support.docs import DOCS, ROOT, Snippet, pages, runnable_snippets, section
+from .support.warm_runner import WarmRunner
 
 SNIPPETS = runnable_snippets()
 
@@ -28,14 +30,38 @@ def test_the_site_has_runnable_snippets() -> None:
     assert len(SNIPPETS) >= 3, [s.name for s in SNIPPETS]
 
 
+@pytest.fixture(scope="module")
+def warm() -> Iterator[WarmRunner]:
+    """Each snippet in a process of its own, forked from one that has imported LangChain,
+    LangGraph and the package already (:mod:`tests.support.warm_runner`)."""
+    runner = WarmRunner()
+    yield runner
+    runner.close()
+
+
+def test_a_snippet_runs_in_a_process_of_its_own_that_reports_its_failure(
+    tmp_path: Path, warm: WarmRunner
+) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(
+        "import os, sys\nprint(__name__, sys.argv[0] == __file__, os.getcwd())\n"
+        "raise ValueError('as printed')\n"
+    )
+    code, out, err = warm.run(script, timeout=60)
+    assert code == 1 and "ValueError: as printed" in err
+    assert out.split() == ["__main__", "True", str(tmp_path)]
+    script.write_text("import sys\nsys.exit(3)\n")
+    assert warm.run(script, timeout=60)[0] == 3
+
+
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.name)
-def test_every_runnable_snippet_runs_as_printed(snippet: Snippet, tmp_path: Path) -> None:
+def test_every_runnable_snippet_runs_as_printed(
+    snippet: Snippet, tmp_path: Path, warm: WarmRunner
+) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(snippet.code)
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert done.returncode == 0, f"{snippet.name}:\n{done.stderr}"
+    code, _, stderr = warm.run(script, timeout=120)
+    assert code == 0, f"{snippet.name}:\n{stderr}"
 
 
 def test_every_page_is_in_the_navigation() -> None:
