@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,15 +27,6 @@ SNIPPETS = runnable_snippets()
 
 def test_the_site_has_runnable_snippets() -> None:
     assert len(SNIPPETS) >= 3, [s.name for s in SNIPPETS]
-
-
-@pytest.fixture(scope="module")
-def warm() -> Iterator[WarmRunner]:
-    """Each snippet in a process of its own, forked from one that has imported LangChain,
-    LangGraph and the package already (:mod:`tests.support.warm_runner`)."""
-    runner = WarmRunner()
-    yield runner
-    runner.close()
 
 
 def test_a_snippet_runs_in_a_process_of_its_own_that_reports_its_failure(
