@@ -19,6 +19,7 @@ from langgraph.prebuilt import ToolNode
 from langchain_idempotent import get_idempotency_context, idempotent
 from langchain_idempotent.cli import BROKEN_PIPE, main
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+from tests.support.warm_runner import WarmRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = {"invoice_id": "INV-7", "amount": 140}
@@ -129,15 +130,19 @@ def test_explain_with_the_store_names_the_part_that_differs(
     ids=["deep-json", "deep-value", "nan", "inputs-args", "inputs-json", "call", "turn", "tool"],
 )
 def test_explain_answers_bad_input_with_an_error_not_a_traceback(
-    argv: list[str], says: str
+    argv: list[str], says: str, tmp_path: Path, warm: WarmRunner
 ) -> None:
-    command = [sys.executable, "-m", "langchain_idempotent", "explain", "--tool", "t"]
-    done = subprocess.run(
-        [*command, "--thread", "T-1", *argv], capture_output=True, text=True, cwd=ROOT
+    # ``python -m langchain_idempotent explain ...``, in a process of its own (forked warm).
+    command = ["langchain-idempotent", "explain", "--tool", "t", "--thread", "T-1", *argv]
+    script = tmp_path / "explain.py"
+    script.write_text(
+        f"import runpy, sys\nsys.argv = {command!r}\n"
+        "runpy.run_module('langchain_idempotent', run_name='__main__', alter_sys=True)\n"
     )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    assert says in done.stderr and done.stderr.startswith("langchain-idempotent: error: ")
+    code, _, err = warm.run(script, timeout=60)
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    assert says in err and err.startswith("langchain-idempotent: error: ")
 
 
 def test_ls_piped_into_head_stops_quietly_not_as_a_store_failure(tmp_path: Path) -> None:
