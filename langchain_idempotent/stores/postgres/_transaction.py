@@ -128,10 +128,6 @@ class AsyncPostgresTransaction(_Transaction):
 
     _pool: AsyncConnectionPool[Any]
 
-    def __init__(self, queries: _Queries, pool: AsyncConnectionPool[Any], conn: Any) -> None:
-        super().__init__(queries, pool, conn)
-        self._begun = False
-
     async def begin(self) -> AsyncPostgresTransaction:
         try:
             if self.connection.autocommit:
