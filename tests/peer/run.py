@@ -3,6 +3,7 @@ langgraph-swarm's tests with every tool made idempotent, with no options.
 
     python tests/peer/run.py                       # every suite, modes fresh and thread
     python tests/peer/run.py --suite core --mode off     # the suite's own baseline
+    python tests/peer/run.py --suite prebuilt,core,supervisor,swarm   # all but LangChain's agents
     python tests/peer/run.py --suite prebuilt --mode thread -- -k interrupt -x
     python tests/peer/run.py --suite agents --mode thread --wrap middleware -- -k same_tool_twice
 
@@ -317,9 +318,28 @@ def run(suite: Suite, mode: str, root: Path, extra: list[str]) -> Outcome:
     return Outcome(outcomes, code, plugin.get("declared", []), plugin.get("wrapped", 0))
 
 
+def _suites(text: str) -> list[Suite]:
+    """``--suite``: ``all``, or suite names joined by commas (``prebuilt,core``)."""
+    if text == "all":
+        return list(SUITES.values())
+    names = text.split(",")
+    unknown = [n for n in names if n not in SUITES]
+    if unknown or not text:
+        raise argparse.ArgumentTypeError(
+            f"unknown suite {', '.join(map(repr, unknown or [text]))}: choose all or from "
+            f"{', '.join(SUITES)}"
+        )
+    return [SUITES[n] for n in names]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=[*SUITES, "all"], default="all")
+    parser.add_argument(
+        "--suite",
+        type=_suites,
+        default=list(SUITES.values()),
+        help=f"all (the default), one of {', '.join(SUITES)}, or several joined by commas",
+    )
     parser.add_argument("--mode", choices=["off", "fresh", "thread", "all"], default="all")
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "peer")
     parser.add_argument(
@@ -329,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     args = parser.parse_args(argv)
-    suites = list(SUITES.values()) if args.suite == "all" else [SUITES[args.suite]]
+    suites: list[Suite] = args.suite
     modes = ["fresh", "thread"] if args.mode == "all" else [args.mode]
     lines, bad = [], False
     for suite in suites:
