@@ -28,7 +28,6 @@ from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
 from tests.support.redis_servers import RedisServer, redis_server_available
-from tests.support.warm_runner import WarmRunner
 
 #: Directories under ``tests/`` that only their own command runs.
 LONG_DIRS = ("faults", "peer", "torture")
@@ -106,11 +105,3 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseId
         yield request.getfixturevalue("redis_store")
 
 
-@pytest.fixture(scope="session")
-def warm() -> Iterator[WarmRunner]:
-    """Scripts run as ``python script.py`` (docs snippets, the README's quickstart), each in
-    a process of its own forked from one that has imported LangChain, LangGraph and the
-    package already (:mod:`tests.support.warm_runner`)."""
-    runner = WarmRunner()
-    yield runner
-    runner.close()

@@ -14,8 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +27,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+from tests.support import forked
 from tests.support.batch_crash import CALLS
 from tests.support.counting import CountingStore
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
@@ -56,8 +55,8 @@ def _run(folder: Path, spec: str, effect: str, mode: str) -> tuple[int, dict[str
     """Start, kill after ``KILL_AFTER`` refunds, resume: the calls in flight at the kill,
     and the resumed process's report."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "tests.support.batch_crash", str(folder), spec, effect, mode]
-    worker = subprocess.Popen([*argv, "start"], env=env, stdout=subprocess.PIPE, text=True)
+    argv = ["-m", "tests.support.batch_crash", str(folder), spec, effect, mode]
+    worker = forked.start([*argv, "start"], env=env, stdout=folder / "worker.log")
     ledger = folder / "ledger"
     try:
         deadline = time.monotonic() + 120
@@ -70,9 +69,7 @@ def _run(folder: Path, spec: str, effect: str, mode: str) -> tuple[int, dict[str
         worker.wait()
     started = {p.name for p in (folder / "started").iterdir()}
     ended = {p.name for p in (folder / "ended").iterdir()}
-    resumed = subprocess.run(
-        [*argv, "resume"], env=env, capture_output=True, text=True, timeout=180
-    )
+    resumed = forked.run([*argv, "resume"], folder=folder, env=env, timeout=180)
     assert resumed.returncode == 0, resumed.stderr
     return len(started - ended), json.loads(resumed.stdout.strip().splitlines()[-1])
 

@@ -19,7 +19,7 @@ from langgraph.prebuilt import ToolNode
 from langchain_idempotent import get_idempotency_context, idempotent
 from langchain_idempotent.cli import BROKEN_PIPE, main
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
-from tests.support.warm_runner import WarmRunner
+from tests.support import forked
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = {"invoice_id": "INV-7", "amount": 140}
@@ -130,7 +130,7 @@ def test_explain_with_the_store_names_the_part_that_differs(
     ids=["deep-json", "deep-value", "nan", "inputs-args", "inputs-json", "call", "turn", "tool"],
 )
 def test_explain_answers_bad_input_with_an_error_not_a_traceback(
-    argv: list[str], says: str, tmp_path: Path, warm: WarmRunner
+    argv: list[str], says: str, tmp_path: Path
 ) -> None:
     # ``python -m langchain_idempotent explain ...``, in a process of its own (forked warm).
     command = ["langchain-idempotent", "explain", "--tool", "t", "--thread", "T-1", *argv]
@@ -139,7 +139,7 @@ def test_explain_answers_bad_input_with_an_error_not_a_traceback(
         f"import runpy, sys\nsys.argv = {command!r}\n"
         "runpy.run_module('langchain_idempotent', run_name='__main__', alter_sys=True)\n"
     )
-    code, _, err = warm.run(script, timeout=60)
+    code, _, err = forked.run_script(script, timeout=60)
     assert code == 2, err
     assert "Traceback" not in err, err
     assert says in err and err.startswith("langchain-idempotent: error: ")

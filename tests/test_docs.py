@@ -19,8 +19,8 @@ import pytest
 from langchain_idempotent.core.events import EVENT_KINDS
 from langchain_idempotent.core.policy import env_fields, option_names
 
+from .support import forked
 from .support.docs import DOCS, ROOT, Snippet, pages, runnable_snippets, section
-from .support.warm_runner import WarmRunner
 
 SNIPPETS = runnable_snippets()
 
@@ -30,27 +30,27 @@ def test_the_site_has_runnable_snippets() -> None:
 
 
 def test_a_snippet_runs_in_a_process_of_its_own_that_reports_its_failure(
-    tmp_path: Path, warm: WarmRunner
+    tmp_path: Path
 ) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(
         "import os, sys\nprint(__name__, sys.argv[0] == __file__, os.getcwd())\n"
         "raise ValueError('as printed')\n"
     )
-    code, out, err = warm.run(script, timeout=60)
+    code, out, err = forked.run_script(script, timeout=60)
     assert code == 1 and "ValueError: as printed" in err
     assert out.split() == ["__main__", "True", str(tmp_path)]
     script.write_text("import sys\nsys.exit(3)\n")
-    assert warm.run(script, timeout=60)[0] == 3
+    assert forked.run_script(script, timeout=60)[0] == 3
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.name)
 def test_every_runnable_snippet_runs_as_printed(
-    snippet: Snippet, tmp_path: Path, warm: WarmRunner
+    snippet: Snippet, tmp_path: Path
 ) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(snippet.code)
-    code, _, stderr = warm.run(script, timeout=120)
+    code, _, stderr = forked.run_script(script, timeout=120)
     assert code == 0, f"{snippet.name}:\n{stderr}"
 
 

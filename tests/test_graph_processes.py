@@ -17,12 +17,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
 
+from tests.support import forked
 from tests.support.graphs import thread
 
 #: Graphs in real worker processes: left out of the default run (pytest -m slow).
@@ -156,23 +158,26 @@ def worker(role: str, workdir: Path) -> None:
 # -- the test side ----------------------------------------------------------------------------
 
 
-def _spawn(role: str, workdir: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, __file__, role, str(workdir)],
+def _spawn(role: str, workdir: Path) -> tuple[forked.ForkedProcess, Path]:
+    """``python this_file role workdir``: the process and the stem of its output files."""
+    stem = workdir / f"{role}-{uuid.uuid4().hex[:8]}"
+    proc = forked.start(
+        [__file__, role, str(workdir)],
         cwd=Path(__file__).parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=stem.with_suffix(".out"),
+        stderr=stem.with_suffix(".err"),
     )
+    return proc, stem
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+def _finish(spawned: tuple[forked.ForkedProcess, Path]) -> tuple[int, str, str]:
+    proc, stem = spawned
     try:
-        out, err = proc.communicate(timeout=90)
+        code = proc.wait(90)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
-    return proc.returncode, out, err
+        code = proc.wait()
+    return code, stem.with_suffix(".out").read_text(), stem.with_suffix(".err").read_text()
 
 
 def _executions(workdir: Path) -> list[dict[str, Any]]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +21,7 @@ from langchain_idempotent import InMemoryIdempotencyStore, get_idempotency_conte
 from langchain_idempotent.adapters.keys import explain_key
 from langchain_idempotent.core import keys
 from langchain_idempotent.core.reads import reads_key
+from tests.support import forked
 from tests.support.graphs import ScriptedChatModel, on_each_turn, tool_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,26 +231,27 @@ def _deploy(tmp_path: Path, *, honour: bool, hold: float, stagger: bool) -> tupl
     }
     answers = []
     procs = []
+
+    def answer(fmt: str, proc: forked.ForkedProcess) -> Any:
+        code = proc.wait(120)
+        assert code == 0, (tmp_path / f"err-{fmt}").read_text()
+        return json.loads((tmp_path / f"out-{fmt}").read_text())
+
     for fmt in ("4", "5"):
         procs.append(
-            subprocess.Popen(
-                [sys.executable, str(tmp_path / "worker.py")],
+            forked.start(
+                [str(tmp_path / "worker.py")],
                 env={**env, "FORMAT": fmt},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                stdout=tmp_path / f"out-{fmt}",
+                stderr=tmp_path / f"err-{fmt}",
             )
         )
         if stagger and fmt == "4":
             go.touch()
-            out, err = procs[0].communicate(timeout=120)
-            assert procs[0].returncode == 0, err
-            answers.append(json.loads(out))
+            answers.append(answer(fmt, procs[0]))
     go.touch()
-    for proc in procs[len(answers) :]:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        answers.append(json.loads(out))
+    for fmt, proc in list(zip(("4", "5"), procs, strict=True))[len(answers) :]:
+        answers.append(answer(fmt, proc))
     return len(ledger.read_text().split()), answers
 
 

@@ -8,20 +8,20 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support import forked
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def worker(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tests.support.swarm_worker", *argv],
+def worker(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return forked.run(
+        ["-m", "tests.support.swarm_worker", *argv],
+        folder=folder,
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
@@ -32,9 +32,9 @@ def test_a_swarm_worker_killed_inside_the_refund_is_reconciled_by_the_next_worke
     mode: str, tmp_path: Path
 ) -> None:
     db, ledger = str(tmp_path / "records.db"), str(tmp_path / "ledger.jsonl")
-    killed = worker(mode, db, ledger, "swarm-kill", "--die")
+    killed = worker(tmp_path, mode, db, ledger, "swarm-kill", "--die")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    retry = worker(mode, db, ledger, "swarm-kill")
+    retry = worker(tmp_path, mode, db, ledger, "swarm-kill")
     assert retry.returncode == 0, retry.stderr
     result = json.loads(retry.stdout.strip().splitlines()[-1])
     assert result == {"answer": "bob has refunded you", "valid": True}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .support.warm_runner import WarmRunner
+from .support import forked
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -32,18 +32,18 @@ def _quickstart() -> str:
     return code.group(1)
 
 
-def _run(code: str, tmp_path: Path, warm: WarmRunner) -> subprocess.CompletedProcess[str]:
-    """``python quickstart.py``, in a process forked from a warm one (``warm``)."""
+def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``python quickstart.py``, forked from a warm process (:mod:`tests.support.forked`)."""
     script = tmp_path / "quickstart.py"
     script.write_text(code)
-    returncode, stdout, stderr = warm.run(script, timeout=120)
+    returncode, stdout, stderr = forked.run_script(script, timeout=120)
     return subprocess.CompletedProcess([sys.executable, str(script)], returncode, stdout, stderr)
 
 
 def test_the_quickstart_runs_as_printed_and_its_retry_pays_once(
-    tmp_path: Path, warm: WarmRunner
+    tmp_path: Path
 ) -> None:
-    done = _run(_quickstart(), tmp_path, warm)
+    done = _run(_quickstart(), tmp_path)
     assert done.returncode == 0, done.stderr
     # It says what it proved: one refund, and the key the provider was handed.
     said = done.stdout.strip().splitlines()
@@ -63,18 +63,18 @@ def test_the_quickstart_runs_as_printed_and_its_retry_pays_once(
     ids=["idempotent-left-out", "scope-around-unwrapped-tools"],
 )
 def test_the_readme_experiment_without_the_wrapper_fails_its_assert_on_a_second_refund(
-    unwrapped: str, tmp_path: Path, warm: WarmRunner
+    unwrapped: str, tmp_path: Path
 ) -> None:
     """The README's experiment, as it says: leave ``idempotent(...)`` out and the retry pays
     twice, so the ``assert`` fails (not an AttributeError on a missing context)."""
-    done = _run(_quickstart().replace(WRAP, unwrapped), tmp_path, warm)
+    done = _run(_quickstart().replace(WRAP, unwrapped), tmp_path)
     assert done.returncode != 0
     assert "AssertionError: refunds sent: 2: the retry paid again" in done.stderr, done.stderr
     assert "AttributeError" not in done.stderr
 
 
 def test_the_quickstart_on_a_durable_store_says_its_second_run_replayed(
-    tmp_path: Path, warm: WarmRunner
+    tmp_path: Path
 ) -> None:
     """Switched to SQLite as the README suggests, the second run sends nothing and says why."""
     code = _quickstart().replace(
@@ -82,7 +82,7 @@ def test_the_quickstart_on_a_durable_store_says_its_second_run_replayed(
         "from langchain_idempotent import SqliteIdempotencyStore\n"
         'tools = idempotent([issue_refund, notify_customer], store=SqliteIdempotencyStore("i.db"))',
     )
-    first, second = _run(code, tmp_path, warm), _run(code, tmp_path, warm)
+    first, second = _run(code, tmp_path), _run(code, tmp_path)
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("refunds sent: 1 for a node run twice"), first.stdout
     assert second.returncode == 0, second.stderr

@@ -14,7 +14,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from langchain_idempotent.errors import (
 )
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.testing import FakeClock
+from tests.support import forked
 from tests.support.graphs import (
     Effects,
     ScriptedChatModel,
@@ -229,16 +229,15 @@ def killed_then_run_again(
     """Run ``script`` (``python -c script folder start kind``) until it prints ``ready``,
     SIGKILL it, then run it again in a new process (``... resume kind``): that run."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    argv = [sys.executable, "-c", script, str(folder)]
-    worker = subprocess.Popen([*argv, "start", kind], stdout=subprocess.PIPE, text=True, env=env)
+    argv = ["-c", script, str(folder)]
+    out = folder / "worker-stdout.txt"
+    worker = forked.start([*argv, "start", kind], env=env, stdout=out, stderr=folder / "err")
     try:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == ready
+        forked.wait_for_line(worker, out, ready)
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-    return subprocess.run(
-        [*argv, "resume", kind], capture_output=True, text=True, env=env, timeout=60
-    )
+    return forked.run([*argv, "resume", kind], folder=folder, env=env, timeout=60)
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "steps"])

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,6 +27,7 @@ from langchain_idempotent.core.store import BaseIdempotencyStore
 from langchain_idempotent.stores.postgres import PostgresIdempotencyStore
 from langchain_idempotent.stores.redis import RedisIdempotencyStore
 from langchain_idempotent.stores.sqlite import SqliteIdempotencyStore
+from tests.support import forked
 from tests.support.postgres_fixtures import pg_server, pg_table, pg_url
 from tests.support.redis_servers import RedisServer
 
@@ -58,18 +57,19 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 def test_a_dead_workers_call_is_taken_over_under_the_default_lease_with_one_effect(
-    shared: Any,
+    shared: Any, tmp_path: Path
 ) -> None:
     store, spec = shared
     key = f"dead-{uuid.uuid4().hex}"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.takeover", "--child", "dies", spec, key, ""],
-        stdout=subprocess.PIPE,
-        text=True,
+    out = tmp_path / "worker-stdout.txt"
+    worker = forked.start(
+        ["-m", "benchmarks.takeover", "--child", "dies", spec, key, ""],
+        stdout=out,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == "started"
+        forked.wait_for_line(worker, out, "started")
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()

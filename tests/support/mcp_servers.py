@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from . import forked
 from .processes import ServerProcess
 
 __all__ = ["SCRIPT", "RefundMcpServer", "Rows", "http_connection", "stdio_connection"]
@@ -66,6 +67,11 @@ class RefundMcpServer(ServerProcess):
 
     def _argv(self) -> list[str]:
         return [sys.executable, SCRIPT, "--transport", "http", "--port", str(self.port), *self.args]
+
+    def _spawn(self) -> forked.ForkedProcess:
+        # Forked from a warm process: a server start costs no imports (MCP's alone are ~1 s
+        # of CPU), and the tests start dozens.
+        return forked.start(self._argv()[1:], cwd=self.dir, stdout=self.log_path)
 
     def _ready(self) -> bool:
         with socket.socket() as s:

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 __all__ = ["ServerProcess", "free_port"]
 
@@ -64,7 +64,7 @@ class ServerProcess:
         self.dir = directory
         self._own_dir = own_dir
         self.start_timeout = start_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Any = None  # subprocess.Popen, or what _spawn returns
 
     # -- what a kind of server says ------------------------------------------------------
 
@@ -78,6 +78,20 @@ class ServerProcess:
     def _preexec(self) -> None:
         die_with_parent()
 
+    def _spawn(self) -> Any:
+        """Start the process (:meth:`_argv` in :attr:`dir`, output to the log): a
+        :class:`subprocess.Popen`, or what answers the same (``poll``, ``wait``,
+        ``send_signal``, ``kill``)."""
+        with open(self.log_path, "ab") as log:
+            return subprocess.Popen(
+                self._argv(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=self._preexec,
+                cwd=self.dir,
+            )
+
     # -- life cycle ----------------------------------------------------------------------
 
     @property
@@ -87,15 +101,7 @@ class ServerProcess:
     def start(self) -> None:
         """Start the process and wait until it answers."""
         for attempt in range(5):
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    self._argv(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=self._preexec,
-                    cwd=self.dir,
-                )
+            self.proc = self._spawn()
             _LIVE.add(self)
             if self._wait_ready():
                 return
