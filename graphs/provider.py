@@ -38,6 +38,7 @@ import hashlib
 import json
 import socket
 import sqlite3
+import sys
 import threading
 import time
 import urllib.parse
@@ -259,6 +260,13 @@ class _Server(ThreadingHTTPServer):
         with self.sockets_lock:
             self.open_sockets.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away mid-reply (a worker the batch killed, a dropped
+        # connection) is part of the demo: no traceback for it; anything else is printed.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def drop_all_connections(self) -> None:
         with self.sockets_lock:

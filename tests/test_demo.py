@@ -107,6 +107,24 @@ def test_without_a_key_every_post_is_a_new_refund(provider: PaymentProvider) -> 
     assert len(provider.ledger.refunds()) == 2
 
 
+def test_a_client_gone_mid_reply_prints_no_traceback_and_other_errors_still_do(
+    provider: PaymentProvider, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = provider._server
+    assert server is not None
+    for error in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+        try:
+            raise error
+        except OSError:
+            server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
+    try:
+        raise ValueError("a bug in the handler")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert "ValueError: a bug in the handler" in capsys.readouterr().err
+
+
 def test_a_committed_post_can_be_looked_up_by_its_idempotency_key(
     provider: PaymentProvider,
 ) -> None:
