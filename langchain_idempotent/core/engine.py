@@ -63,6 +63,7 @@ from ..errors import IdempotencyError, UnstorableResultError
 from . import _transactional
 from ._drive import adrive, drive
 from ._flow import Flow
+from ._frozen import fast_init
 from ._reconciling import aconsult, consult
 from ._steps import (
     _CLAIM,
@@ -91,6 +92,7 @@ __all__ = ["Claimed", "Engine", "Unmemoized", "new_owner", "step_fingerprint", "
 T = TypeVar("T")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A claim already made for a call (a batch of sibling calls, :mod:`._siblings`): the

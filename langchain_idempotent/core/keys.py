@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgumentsError, MissingScopeError
 from ._callinfo import CallInfo, KeyFunction, Scope
+from ._frozen import fast_init
 from .canonical import CANONICAL_VERSION
 
 __all__ = [
@@ -106,6 +107,7 @@ class AgentCollisionWarning(UserWarning):
     """A key function gave two agents that the library tells apart the same key."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DerivedKey:
     key: str
