@@ -36,6 +36,7 @@ rejected.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import warnings
@@ -88,6 +89,7 @@ KEY_VERSION = 4
 HONOURED_VERSION: int | None = None
 
 
+@functools.cache
 def version_part(key_version: int) -> str:
     """The version part of a key of format ``key_version`` (and :data:`CANONICAL_VERSION`)."""
     return f"v{CANONICAL_VERSION}.k{key_version}"
@@ -153,9 +155,15 @@ _LENGTHS = tuple(b"%d:" % n for n in range(256))
 
 
 def digest(*parts: str | bytes) -> str:
-    """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update)."""
-    data = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogatepass") for p in parts]
-    framed = [_LENGTHS[len(d)] + d if len(d) < 256 else b"%d:" % len(d) + d for d in data]
+    """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update; one
+    loop, each length and part joined once)."""
+    framed: list[bytes] = []
+    add = framed.append
+    for part in parts:
+        data = part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass")
+        n = len(data)
+        add(_LENGTHS[n] if n < 256 else b"%d:" % n)
+        add(data)
     return hashlib.sha256(b"".join(framed)).hexdigest()
 
 
