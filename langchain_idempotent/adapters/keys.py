@@ -129,15 +129,15 @@ def visible_arguments(
         if isinstance(tool_input, Mapping):
             return dict(tool_input)  # the tool itself refuses this
         return {"__arg1": tool_input}
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        fields = _field_set(schema)
+    plan = _model_plan(schema, hidden) if isinstance(schema, type) else None
+    if plan is not None:
+        fields, keyed = plan
         if isinstance(tool_input, str):
             # As LangChain does: a string is the first argument (``""`` for a tool with none).
             first = next(iter(schema.model_fields), None)
             tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
         model = schema.model_validate(visible)
-        keyed = fields - hidden if hidden else fields
         try:
             return json_arguments(model, keyed)
         except InvalidArgumentsError as exc:
@@ -190,6 +190,17 @@ def by_field_name(args_schema: Any, tool_input: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=1024)
+def _model_plan(schema: type[Any], hidden: frozenset[str]) -> tuple[set[str], set[str]] | None:
+    """For a pydantic model schema: its field names and those that enter the key (all but
+    ``hidden``), read once per schema and hidden set (shared: callers must not mutate
+    them); ``None`` for any other class."""
+    if not issubclass(schema, BaseModel):
+        return None
+    fields = _field_set(schema)
+    return fields, (fields - hidden if hidden else fields)
+
+
+@functools.lru_cache(maxsize=1024)
 def _field_set(schema: type[BaseModel]) -> set[str]:
     """The field names of a model-visible schema (read once per schema class; shared, so
     callers must not mutate it)."""
@@ -237,7 +248,7 @@ def call_info(
     ``hidden`` the injected parameters that are no model argument, ``exclude`` the
     arguments kept out of the key (``key_exclude``)."""
     try:
-        args = visible_arguments(schema, tool_input, hidden | frozenset(exclude))
+        args = visible_arguments(schema, tool_input, hidden.union(exclude) if exclude else hidden)
     except InvalidArgumentsError as exc:
         raise InvalidArgumentsError(f"tool {tool!r}: {exc}") from exc
     inputs = inputs or {}

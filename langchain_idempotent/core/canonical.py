@@ -115,6 +115,13 @@ def _plain(value: Any, depth: int) -> bool:
         for key, item in value.items():
             if type(key) is not str or not (key.isascii() or max(key) <= "\uffff"):
                 return False
+            kind = type(item)  # a scalar is checked here, without a call (most arguments)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if -_SAFE <= item <= _SAFE:
+                    continue
+                return False
             if not _plain(item, depth + 1):
                 return False
         return True

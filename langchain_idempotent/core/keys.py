@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -144,6 +145,8 @@ def graph_path(checkpoint_ns: str | None) -> str:
     → ``"billing|tools"`` (a call counter is the same subgraph invoked again by a retry)."""
     if not checkpoint_ns:
         return ""
+    if "|" not in checkpoint_ns:  # one level (a ToolNode's "tools:<task id>"): no join
+        return "" if checkpoint_ns.isdigit() else checkpoint_ns.partition(":")[0]
     return "|".join(
         part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part and not part.isdigit()
     )
@@ -276,12 +279,15 @@ Recipe = Callable[
 FORMATS: dict[int, Recipe] = {4: _key_parts}
 
 
+_second = operator.itemgetter(1)
+
+
 def _key_of(scope: str, named: list[tuple[str, str | bytes]]) -> str:
     """The key hashed from :func:`_key_parts` (a custom key hashes its marker too)."""
     if scope == "custom":
         (_, version), (_, namespace), (_, user_key) = named
         return digest(version, namespace, "custom", user_key)
-    return digest(*[value for _, value in named])
+    return digest(*map(_second, named))
 
 
 def _check_key_function(info: CallInfo, user_key: str) -> None:
