@@ -305,6 +305,26 @@ def test_a_digest_frames_each_part_with_its_length_in_bytes_short_or_long() -> N
     long = "é" * 200  # 400 bytes: past the lengths written in advance
     framed = b"3:abc" + b"0:" + b"400:" + long.encode() + b"2:\x00\x01"
     assert digest("abc", "", long, b"\x00\x01") == hashlib.sha256(framed).hexdigest()
+    # Again, the text parts now framed from the cache of short parts: the same digest.
+    assert digest("abc", "", long, b"\x00\x01") == hashlib.sha256(framed).hexdigest()
+
+
+@given(st.lists(st.text() | st.binary(), max_size=6))
+def test_a_digest_is_the_same_whether_its_text_parts_were_seen_before_or_not(
+    parts: list[str | bytes],
+) -> None:
+    import hashlib
+
+    from langchain_idempotent.core import keys
+
+    def framed(part: str | bytes) -> bytes:
+        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
+        return b"%d:" % len(data) + data
+
+    expected = hashlib.sha256(b"".join(map(framed, parts))).hexdigest()
+    keys._FRAMED.clear()
+    assert keys.digest(*parts) == expected  # each text part framed and kept
+    assert keys.digest(*parts) == expected  # each taken from what was kept
 
 
 class _Plain(BaseModel):

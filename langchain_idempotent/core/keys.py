@@ -157,17 +157,41 @@ def graph_path(checkpoint_ns: str | None) -> str:
 _LENGTHS = tuple(b"%d:" % n for n in range(256))
 
 
+#: Short text parts (tool names, namespaces, graph paths, nodes, the version part) as
+#: framed bytes: most parts of a key repeat from call to call, and encoding and framing a
+#: part costs more than looking it up. Bounded: emptied when full (a thread id per call).
+_FRAMED: dict[str, bytes] = {}
+_FRAMED_LIMIT = 4096
+_FRAMED_LONGEST = 128
+
+
 def digest(*parts: str | bytes) -> str:
     """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update; one
-    loop, each length and part joined once)."""
+    loop, each part framed once, a short text part looked up in :data:`_FRAMED`)."""
     framed: list[bytes] = []
     add = framed.append
+    cache = _FRAMED
     for part in parts:
-        data = part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass")
-        n = len(data)
-        add(_LENGTHS[n] if n < 256 else b"%d:" % n)
-        add(data)
+        if type(part) is str:
+            known = cache.get(part)
+            if known is None:
+                known = _framed(part.encode("utf-8", "surrogatepass"))
+                if len(part) <= _FRAMED_LONGEST:
+                    if len(cache) >= _FRAMED_LIMIT:
+                        cache.clear()
+                    cache[part] = known
+            add(known)
+        else:
+            data = part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass")
+            n = len(data)
+            add(_LENGTHS[n] if n < 256 else b"%d:" % n)
+            add(data)
     return hashlib.sha256(b"".join(framed)).hexdigest()
+
+
+def _framed(data: bytes) -> bytes:
+    n = len(data)
+    return (_LENGTHS[n] if n < 256 else b"%d:" % n) + data
 
 
 def derive_key(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> DerivedKey:
