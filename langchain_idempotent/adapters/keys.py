@@ -174,11 +174,9 @@ def by_field_name(args_schema: Any, tool_input: Any) -> Any:
     ``validation_alias``, an ``AliasChoices`` choice, an ``AliasPath``'s first step)
     renamed to its field name, as the tool will see it. The model-visible schema LangChain
     derives drops aliases, so the key is made from the field names."""
-    if not (isinstance(args_schema, type) and issubclass(args_schema, BaseModel)):
+    if not isinstance(args_schema, type) or not isinstance(tool_input, Mapping):
         return tool_input
-    if not isinstance(tool_input, Mapping):
-        return tool_input
-    names = _field_names_by_alias(args_schema)
+    names = _aliases_of(args_schema)
     if not names:
         return tool_input
     renamed = dict(tool_input)
@@ -205,6 +203,15 @@ def _field_set(schema: type[BaseModel]) -> set[str]:
     """The field names of a model-visible schema (read once per schema class; shared, so
     callers must not mutate it)."""
     return set(schema.model_fields)
+
+
+@functools.lru_cache(maxsize=1024)
+def _aliases_of(schema: type[Any]) -> dict[str, str] | None:
+    """:func:`_field_names_by_alias` of a pydantic model class; ``None`` for any other
+    class (read once per class)."""
+    if not issubclass(schema, BaseModel):
+        return None
+    return _field_names_by_alias(schema)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -344,6 +351,10 @@ def call_inputs(
     """:func:`key_inputs` of one call as a tool gets it: from its arguments (ToolNode puts
     the injected values there), the whole state the tool is given (else ``state``, else
     the graph's channels) and the run's static context (from ``config``)."""
+    if not (params.values or params.state_fields or params.whole_state or key_state):
+        # No injected value, state field or key_state (most tools): the context alone.
+        context = run_context(config)
+        return {CONTEXT: context} if context is not None and CONTEXT not in exclude else {}
     given = args if isinstance(args, Mapping) else {}
     if state is None:
         state = given_state(params, given)
@@ -364,6 +375,8 @@ def call_inputs(
 def given_state(params: InjectedParams, args: Any) -> Any:
     """The whole graph state a call hands its tool (a whole ``InjectedState`` argument, a
     ``ToolRuntime``'s ``.state``), or ``None``."""
+    if not params.whole_state:
+        return None
     given = args if isinstance(args, Mapping) else {}
     for param in params.whole_state:
         value = given.get(param)
