@@ -68,6 +68,10 @@ class Flow:
     on_event: EventHook | None
     never_terminal: tuple[type[BaseException], ...]
     _counter: EventCounter
+    #: What a run's side-effect boundary is told, the same for every call (the policy is
+    #: frozen): the exceptions that prove nothing was sent, and whether the tool is keyed.
+    _resendable: tuple[type[BaseException], ...]
+    _keyed: bool
 
     def _flow(self, call: _Call, made: Claim | None = None) -> Generator[_Step, Any, Any]:
         """Claim (waiting out a live lease), then run and complete, or answer without
@@ -182,10 +186,7 @@ class Flow:
         """Holding the lease: reconcile a takeover, or run the action and settle it."""
         policy = self.policy
         boundary = _Boundary(
-            declared=policy.boundary,
-            tool=call.tool,
-            resendable=(*self.never_terminal, *policy.not_sent),
-            keyed=policy.effect_class == "keyed",
+            declared=policy.boundary, tool=call.tool, resendable=self._resendable, keyed=self._keyed
         )
         ctx = IdempotencyContext(
             key=call.key,

@@ -203,6 +203,8 @@ class Engine(Flow):
         )
         self.on_event = on_event
         self.never_terminal = tuple(never_terminal)
+        self._resendable = (*self.never_terminal, *self.policy.not_sent)
+        self._keyed = self.policy.effect_class == "keyed"
         self._counter = EventCounter()
         self._renew_every = self.policy.lease_s * self.policy.renew_fraction
         # Read once: the policy is frozen, and every claim passes the same settings.
