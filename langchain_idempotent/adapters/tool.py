@@ -43,7 +43,7 @@ from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
-from ._asking import Steps, adrive, drive
+from ._asking import Steps
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._calling import is_calling_tools, watch_calling_tools
 from ._compat import (
@@ -58,7 +58,7 @@ from ._compat import (
 from ._functions import FunctionCall, tool_from_function
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
-from ._opening import Opening, opening
+from ._opening import Opening, aopen_call, open_call, opening
 from ._reads import config_context, handed, view_config
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
@@ -229,7 +229,7 @@ class IdempotentTool(BaseTool):
 
     def _opening(
         self, tool_input: Any, config: RunnableConfig, tool_call_id: str | None = None
-    ) -> Steps:
+    ) -> Opening | Steps:
         """The call's opening (:mod:`._opening`): as it is, rejected, or under its key."""
         return opening(
             self.engine,
@@ -245,7 +245,7 @@ class IdempotentTool(BaseTool):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         tool_input, run_kwargs = prep_run_args(input, config, **kwargs)
-        opened: Opening = drive(self._opening(input, run_kwargs["config"]), self.engine.store)
+        opened = open_call(self._opening(input, run_kwargs["config"]), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return self.inner.invoke(input, config, **kwargs)
@@ -261,9 +261,7 @@ class IdempotentTool(BaseTool):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         tool_input, run_kwargs = prep_run_args(input, config, **kwargs)
-        opened: Opening = await adrive(
-            self._opening(input, run_kwargs["config"]), self.engine.store
-        )
+        opened = await aopen_call(self._opening(input, run_kwargs["config"]), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return await self.inner.ainvoke(input, config, **kwargs)
@@ -279,7 +277,7 @@ class IdempotentTool(BaseTool):
 
     # -- run / arun called directly (legacy executors, user code): the same key ----------
 
-    def _run_opening(self, tool_input: Any, kwargs: dict[str, Any]) -> Steps:
+    def _run_opening(self, tool_input: Any, kwargs: dict[str, Any]) -> Opening | Steps:
         """The opening of a direct ``run`` call (its ``config``, metadata, call id)."""
         config = ensure_config(kwargs.get("config"))
         if kwargs.get("metadata"):
@@ -296,7 +294,7 @@ class IdempotentTool(BaseTool):
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:  # from invoke: the call is opened
             return super().run(tool_input, *args, **kwargs)
-        opened: Opening = drive(self._run_opening(tool_input, kwargs), self.engine.store)
+        opened = open_call(self._run_opening(tool_input, kwargs), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return self.inner.run(tool_input, *args, **kwargs)
@@ -311,7 +309,7 @@ class IdempotentTool(BaseTool):
     async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:
             return await super().arun(tool_input, *args, **kwargs)
-        opened: Opening = await adrive(self._run_opening(tool_input, kwargs), self.engine.store)
+        opened = await aopen_call(self._run_opening(tool_input, kwargs), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return await self.inner.arun(tool_input, *args, **kwargs)
