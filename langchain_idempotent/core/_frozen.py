@@ -61,7 +61,7 @@ def fast_init(cls: type[T]) -> type[T]:
             names[f"_marker_{f.name}"] = defaults[f.name]
             body.append(f"    if {f.name} is _marker_{f.name}: {f.name} = _factory_{f.name}()")
         body.append(f"    _set_{f.name}(self, {f.name})")
-    if hasattr(cls, "__post_init__"):
+    if any("__post_init__" in klass.__dict__ for klass in cls.__mro__):
         body.append("    self.__post_init__()")
     signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
     source = f"def __init__({signature}):\n" + "\n".join(body or ["    pass"]) + "\n"

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import rfc8785
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import InvalidArgumentsError
@@ -174,7 +174,7 @@ def _dumps_as_is(cls: type[BaseModel]) -> tuple[str, ...] | None:
     field's name; ``None`` when anything may change it: a custom serializer anywhere in its
     schema (``field_serializer``, ``PlainSerializer``, ``model_serializer``), an excluded
     field, aliases in dumps, a root model or an overridden ``model_dump``."""
-    if cls.model_dump is not BaseModel.model_dump or getattr(cls, "__pydantic_root_model__", False):
+    if cls.model_dump is not BaseModel.model_dump or issubclass(cls, RootModel):
         return None
     if cls.model_config.get("serialize_by_alias"):
         return None
