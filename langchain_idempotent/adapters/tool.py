@@ -393,7 +393,9 @@ class IdempotentTool(BaseTool):
             viewed = handed(args, self._params, reads) if isinstance(args, dict) else None
             if viewed is not None:
                 envelope = {**envelope, "args": viewed} if call else viewed
-        return view_config(config, reads), given, envelope
+        direct = self._direct
+        seen = view_config(config, reads) if direct is None or direct.hands_config else config
+        return seen, given, envelope
 
     @staticmethod
     def _seen_child(child: RunnableConfig, seen: RunnableConfig) -> RunnableConfig:
