@@ -45,7 +45,7 @@ from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
 from ._asking import Steps
 from ._call import PendingCall, build_engine, unmemoized_if_error
-from ._calling import is_calling_tools, watch_calling_tools
+from ._calling import calling_tools_tracker, watch_calling_tools
 from ._compat import (
     DirectCall,
     InjectedParams,
@@ -381,9 +381,11 @@ class IdempotentTool(BaseTool):
         self, config: RunnableConfig, kwargs: dict[str, Any], pending: PendingCall
     ) -> tuple[RunnableConfig, dict[str, Any], Any]:
         """What the tool is handed, as views that note what it reads (:mod:`._reads`):
-        the config, its injected arguments and (through ``invoke``) its envelope."""
+        the config, its injected arguments and (through ``invoke``) its envelope (``None``
+        for a tool whose ``_run`` is called directly, which takes no envelope)."""
         reads = current_reads()
-        envelope = self._envelope(pending)
+        direct = self._direct
+        envelope = self._envelope(pending) if direct is None else None
         if reads is None:
             return config, kwargs, envelope
         given = handed(kwargs, self._params, reads) or kwargs
@@ -393,7 +395,6 @@ class IdempotentTool(BaseTool):
             viewed = handed(args, self._params, reads) if isinstance(args, dict) else None
             if viewed is not None:
                 envelope = {**envelope, "args": viewed} if call else viewed
-        direct = self._direct
         seen = view_config(config, reads) if direct is None or direct.hands_config else config
         return seen, given, envelope
 
@@ -488,9 +489,12 @@ def _listened(
     the library's own tracker of calling tools, which ignores custom events."""
     if run_manager is None:
         return True
-    return any(
-        not is_calling_tools(h) for h in (*run_manager.handlers, *run_manager.inheritable_handlers)
-    )
+    tracker = calling_tools_tracker()
+    for handlers in (run_manager.handlers, run_manager.inheritable_handlers):
+        for handler in handlers:
+            if handler is not tracker:
+                return True
+    return False
 
 
 def _child_config(
