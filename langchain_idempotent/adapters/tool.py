@@ -223,7 +223,7 @@ class IdempotentTool(BaseTool):
             args=args,
             tool_call_id=tool_call_id,
             config=config,
-            policy=self.policy,
+            policy=self.engine.policy,
             params=self._params,
         )
 
@@ -408,7 +408,7 @@ class IdempotentTool(BaseTool):
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
         it in one round trip: those of the tools wrapped with it (:mod:`._siblings`)."""
-        if pending.tool_call_id is None or self.policy.approval:
+        if pending.tool_call_id is None or self.engine.policy.approval:
             return None
         peers = self._peers
 
