@@ -38,7 +38,7 @@ from ._steps import (
     _Step,
     _WatchStep,
 )
-from .context import IdempotencyContext, _Boundary, _Journal
+from .context import IdempotencyContext, _Boundary, _Journal, _LeaseFlag
 from .events import (
     QUIET_KINDS,
     EventCounter,
@@ -188,14 +188,18 @@ class Flow:
         boundary = _Boundary(
             declared=policy.boundary, tool=call.tool, resendable=self._resendable, keyed=self._keyed
         )
+        # By position (keywords cost a third more, on every first run): the context's order.
         ctx = IdempotencyContext(
-            key=call.key,
-            fence=claim.fence,
-            attempt=claim.attempt,
-            takeover=claim.outcome is ClaimOutcome.TAKEOVER,
-            owner=call.owner,
-            _boundary=boundary,
-            _journal=_Journal(call.tool),
+            call.key,
+            claim.fence,
+            claim.attempt,
+            claim.outcome is ClaimOutcome.TAKEOVER,  # takeover
+            call.owner,
+            _LeaseFlag(),
+            True,  # protected
+            None,  # connection
+            boundary,
+            _Journal(call.tool),
         )
         paused = ctx.takeover and self._was_paused(claim)
         if paused:  # an interrupt() after the block: the tool runs on to its resume value
