@@ -11,13 +11,21 @@ runs in its own ``python`` under callgrind with instrumentation off through the 
 the graph's construction and 50 warm-up calls, then on (``callgrind_control -i on``) for
 ``N`` calls, the garbage collector off, ``PYTHONHASHSEED=0``; the count is divided by N.
 
-Cases, all on the in-memory store (the Redis store adds its two round trips, which are
-not instructions of ours): ``tool.invoke(call, config)`` with the config a real ToolNode
-step passes (:mod:`benchmarks.adapter_profile`) for the unwrapped tool, the wrapped tool
-on a fresh thread (a first run) and again (a replay); and the whole ``graph.invoke`` of
-:mod:`benchmarks.graph_step`, unwrapped and wrapped, on fresh threads and again. The
-unwrapped cases run in a process that has wrapped a tool too, as in the latency run (the
-library's tracker of calling tools then sees every tool run). Writes
+Cases on the in-memory store: ``tool.invoke(call, config)`` with the config a real
+ToolNode step passes (:mod:`benchmarks.adapter_profile`) for the unwrapped tool, the
+wrapped tool on a fresh thread (a first run) and again (a replay); and the whole
+``graph.invoke`` of :mod:`benchmarks.graph_step`, unwrapped and wrapped, on fresh threads
+and again. The unwrapped cases run in a process that has wrapped a tool too, as in the
+latency run (the library's tracker of calling tools then sees every tool run).
+
+Cases on Redis: the same ToolNode step wrapped with the Redis store (``from_url``, its
+held-connection fast path), fresh threads and again, each compared with the step whose
+tool runs inside the protocol floor (``build_floor_step`` with ``LuaFloor(client,
+held=True)``: one claim script, the action, one complete script; a replay in one round
+trip). They run against a throwaway ``redis-server`` this command starts on a free
+loopback port (:mod:`benchmarks.server`), flushed before each case. Callgrind counts the
+client process alone, which is exactly the part that differs: the server runs a Lua
+script of the same kind per round trip in both. Writes
 ``results/instructions.{md,json}``. ``--against REV`` counts the same cases at another
 commit too (a temporary ``git worktree`` of REV, given this module), side by side. Without
 valgrind it says so and exits 1.
@@ -50,7 +58,18 @@ CASES: dict[str, tuple[str, str | None]] = {
     "graph_first": ("… tool wrapped, fresh thread (first run)", "graph_plain"),
     "graph_plain_again": ("ToolNode step, tool unwrapped, same thread again", None),
     "graph_again": ("… tool wrapped, same thread again (replay)", "graph_plain_again"),
+    "graph_floor": ("ToolNode step, tool inside the Redis floor, fresh thread", None),
+    "graph_redis": ("… tool wrapped, Redis store, fresh thread (first run)", "graph_floor"),
+    "graph_floor_again": ("ToolNode step, tool inside the Redis floor, same thread again", None),
+    "graph_redis_again": (
+        "… tool wrapped, Redis store, same thread again (replay)",
+        "graph_floor_again",
+    ),
 }
+
+#: the cases that need a Redis server (its URL reaches the child in ``REDIS_ENV``)
+REDIS_CASES = frozenset({"graph_floor", "graph_redis", "graph_floor_again", "graph_redis_again"})
+REDIS_ENV = "BENCHMARK_INSTRUCTIONS_REDIS_URL"
 
 WARMUP = 50
 
@@ -60,16 +79,34 @@ def _child(case: str, calls: int) -> None:
     import gc
     import itertools
 
-    from langchain_idempotent import InMemoryIdempotencyStore, idempotent
+    from langchain_idempotent import InMemoryIdempotencyStore, RedisIdempotencyStore, idempotent
 
     from .adapter_profile import _captured
     from .graph_step import ToolCounter, _noop_tool, build_step, step_input
 
     idempotent(_noop_tool(ToolCounter()), InMemoryIdempotencyStore())  # as in the latency run
     wrapped = CASES[case][1] is not None  # a case measured against an unwrapped one
-    store = InMemoryIdempotencyStore() if wrapped else None
+    store: Any = InMemoryIdempotencyStore() if wrapped else None
     same = case.endswith(("replay", "again"))
-    if case.startswith("graph"):
+    if case in REDIS_CASES:
+        import redis
+
+        from .floor import LuaFloor
+        from .graph_step import build_floor_step
+
+        url = os.environ[REDIS_ENV]
+        if wrapped:
+            store = RedisIdempotencyStore.from_url(url)  # as benchmarks.ours.make_store
+            graph, _ = build_step(store)
+        else:
+            graph, _ = build_floor_step(LuaFloor(redis.Redis.from_url(url), held=True))
+        message = step_input()
+        threads = (f"t{i}" if not same else "again" for i in itertools.count())
+
+        def call() -> None:
+            graph.invoke(message, {"configurable": {"thread_id": next(threads)}})
+
+    elif case.startswith("graph"):
         graph, _ = build_step(store)
         message = step_input()
         threads = (f"t{i}" if not same else "again" for i in itertools.count())
@@ -102,13 +139,18 @@ def _child(case: str, calls: int) -> None:
     subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
 
 
-def measure(case: str, calls: int, cwd: str | Path | None = None) -> int:
+def measure(
+    case: str, calls: int, cwd: str | Path | None = None, redis_url: str | None = None
+) -> int:
     """Instructions per call of ``case``, counted by callgrind in a fresh process (``cwd``:
-    the checkout to import ``langchain_idempotent`` and ``benchmarks`` from)."""
+    the checkout to import ``langchain_idempotent`` and ``benchmarks`` from; ``redis_url``:
+    the server of a Redis case)."""
     root = Path(cwd) if cwd is not None else Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="callgrind-") as tmp:
         out = Path(tmp) / "callgrind.out"
         env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(root)}
+        if redis_url is not None:
+            env[REDIS_ENV] = redis_url
         argv = [
             "valgrind",
             "--tool=callgrind",
@@ -152,9 +194,30 @@ def _checkout(rev: str) -> Iterator[Path]:
             )
 
 
+@contextlib.contextmanager
+def _redis_server(cases: list[str], report: dict[str, Any]) -> Iterator[Any | None]:
+    """A throwaway ``redis-server`` on a free loopback port when a Redis case is asked for
+    (``None`` otherwise, or when it cannot start: the report says why)."""
+    if not REDIS_CASES.intersection(cases):
+        yield None
+        return
+    from .server import RedisServer
+
+    try:
+        server = RedisServer()
+    except RuntimeError as exc:
+        report["problems"].append(f"no redis-server for the Redis cases: {exc}")
+        yield None
+        return
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def _markdown(report: dict[str, Any]) -> str:
     lines = [
-        f"# Instructions per call, in-memory store ({report['date']})",
+        f"# Instructions per call, in-memory and Redis stores ({report['date']})",
         "",
         f"Command: `{report['command']}` ({report['calls']} counted calls per case after "
         f"{WARMUP} warm-up calls, each case in its own process under callgrind; the counts "
@@ -164,11 +227,14 @@ def _markdown(report: dict[str, Any]) -> str:
     counts, before, rev = report["instructions"], report.get("against", {}), report.get("rev")
     if rev:
         lines += [
-            f"| case | at {rev}: instructions | × unwrapped | now: instructions | × unwrapped |",
+            f"| case | at {rev}: instructions | × base | now: instructions | × base |",
             "|---|---:|---:|---:|---:|",
         ]
     else:
-        lines += ["| case | instructions per call | × unwrapped |", "|---|---:|---:|"]
+        lines += [
+            "| case | instructions per call | × unwrapped (Redis: × floor) |",
+            "|---|---:|---:|",
+        ]
 
     def cells(got: dict[str, int], case: str, base: str | None) -> str:
         if case not in got:
@@ -185,11 +251,23 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 def _count(
-    report: dict[str, Any], field: str, cases: list[str], calls: int, tree: Path | None
+    report: dict[str, Any],
+    field: str,
+    cases: list[str],
+    calls: int,
+    tree: Path | None,
+    server: Any | None,
 ) -> None:
     for case in cases:
         try:
-            report[field][case] = measure(case, calls, tree)
+            url = None
+            if case in REDIS_CASES:
+                if server is None:
+                    raise RuntimeError(f"{case}: no redis-server to run it against")
+                with contextlib.closing(server.client()) as client:
+                    client.flushdb()  # no record of an earlier case turns a first run into a replay
+                url = server.url
+            report[field][case] = measure(case, calls, tree, url)
         except RuntimeError as exc:
             report["problems"].append(str(exc))
         where = f" at {report['rev']}" if tree is not None else ""
@@ -222,16 +300,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{' and '.join(missing)} not found (Debian package valgrind): nothing measured"
         )
     else:
-        _count(report, "instructions", cases, args.calls, None)
-        if args.against:
-            report.update(rev=args.against, against={})
-            try:
-                with _checkout(args.against) as tree:
-                    _count(report, "against", cases, args.calls, tree)
-            except subprocess.CalledProcessError as exc:
-                report["problems"].append(
-                    f"could not check out {args.against!r}: {exc.stderr.decode().strip()}"
-                )
+        with _redis_server(cases, report) as server:
+            _count(report, "instructions", cases, args.calls, None, server)
+            if args.against:
+                report.update(rev=args.against, against={})
+                try:
+                    with _checkout(args.against) as tree:
+                        _count(report, "against", cases, args.calls, tree, server)
+                except subprocess.CalledProcessError as exc:
+                    report["problems"].append(
+                        f"could not check out {args.against!r}: {exc.stderr.decode().strip()}"
+                    )
     return finish(report, args.out, args.name, _markdown, lambda r, path: None)
 
 

@@ -44,3 +44,31 @@ def test_a_case_is_counted_under_callgrind_after_its_warm_up(tmp_path: Path) -> 
     assert report["instructions"]["tool_plain"] > 100_000  # a LangChain tool run, not nothing
     markdown = (tmp_path / "instructions.md").read_text()
     assert "| `tool.invoke(call, config)`, unwrapped |" in markdown
+
+
+def test_each_redis_case_is_compared_with_the_floor_step() -> None:
+    for case in instructions.REDIS_CASES:
+        base = instructions.CASES[case][1]
+        assert base is None or base in instructions.REDIS_CASES
+        assert base is None or base.startswith("graph_floor")
+
+
+def test_without_redis_server_the_redis_cases_say_why_and_nothing_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import server
+
+    def no_server(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("redis-server is not on PATH; the benchmarks need one")
+
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(server, "RedisServer", no_server)
+    monkeypatch.setattr(instructions, "measure", lambda *a: pytest.fail("measured"))
+    code = instructions.main(["--cases", "graph_redis", "--out", str(tmp_path)])
+    assert code == 1
+    report = json.loads((tmp_path / "instructions.json").read_text())
+    assert report["instructions"] == {}
+    assert report["problems"] == [
+        "no redis-server for the Redis cases: redis-server is not on PATH; the benchmarks need one",
+        "graph_redis: no redis-server to run it against",
+    ]

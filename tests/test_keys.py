@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.prebuilt import InjectedState
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_serializer
 
 from langchain_idempotent import (
     InvalidArgumentsError,
@@ -18,7 +19,7 @@ from langchain_idempotent import (
     idempotency_scope,
 )
 from langchain_idempotent.adapters.keys import CallInfo, call_info, derive_key, graph_path
-from langchain_idempotent.core.canonical import canonical_json
+from langchain_idempotent.core.canonical import canonical_json, json_arguments
 
 json_scalars = st.one_of(
     st.none(),
@@ -304,3 +305,87 @@ def test_a_digest_frames_each_part_with_its_length_in_bytes_short_or_long() -> N
     long = "é" * 200  # 400 bytes: past the lengths written in advance
     framed = b"3:abc" + b"0:" + b"400:" + long.encode() + b"2:\x00\x01"
     assert digest("abc", "", long, b"\x00\x01") == hashlib.sha256(framed).hexdigest()
+    # Again, the text parts now framed from the cache of short parts: the same digest.
+    assert digest("abc", "", long, b"\x00\x01") == hashlib.sha256(framed).hexdigest()
+
+
+@given(st.lists(st.text() | st.binary(), max_size=6))
+def test_a_digest_is_the_same_whether_its_text_parts_were_seen_before_or_not(
+    parts: list[str | bytes],
+) -> None:
+    import hashlib
+
+    from langchain_idempotent.core import keys
+
+    def framed(part: str | bytes) -> bytes:
+        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
+        return b"%d:" % len(data) + data
+
+    expected = hashlib.sha256(b"".join(map(framed, parts))).hexdigest()
+    keys._FRAMED.clear()
+    assert keys.digest(*parts) == expected  # each text part framed and kept
+    assert keys.digest(*parts) == expected  # each taken from what was kept
+
+
+class _Plain(BaseModel):
+    name: str
+    count: int
+    flag: bool = False
+    note: str | None = None
+
+
+class _Upper(BaseModel):
+    name: Annotated[str, PlainSerializer(lambda s: s.upper(), when_used="json")]
+
+
+class _Serialized(BaseModel):
+    name: str
+
+    @field_serializer("name")
+    def _lower(self, value: str) -> str:
+        return value.lower()
+
+
+class _Excluded(BaseModel):
+    name: str
+    secret: str = Field(default="s", exclude=True)
+
+
+class _ByAlias(BaseModel):
+    model_config = ConfigDict(serialize_by_alias=True)
+    name: str = Field(alias="n")
+
+
+@given(
+    name=st.text(),
+    count=st.integers(),
+    flag=st.booleans(),
+    note=st.none() | st.text(),
+)
+def test_plain_arguments_taken_as_they_are_equal_pydantics_json_dump(
+    name: str, count: int, flag: bool, note: str | None
+) -> None:
+    model = _Plain(name=name, count=count, flag=flag, note=note)
+    fields = {"name", "count", "flag", "note"}
+    dumped = model.model_dump(mode="json", include=fields)
+    assert json_arguments(model, fields) == dumped
+    assert list(json_arguments(model, fields)) == list(dumped)  # the same order too
+    assert json_arguments(model, {"count"}) == {"count": count}
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "expected"),
+    [
+        (_Upper(name="Ab"), {"name"}, {"name": "AB"}),
+        (_Serialized(name="Ab"), {"name"}, {"name": "ab"}),
+        (_Excluded(name="a", secret="x"), {"name", "secret"}, {"name": "a"}),
+        (_ByAlias(n="a"), {"name"}, {"n": "a"}),
+    ],
+    ids=["json-only serializer", "field serializer", "excluded field", "dumped by alias"],
+)
+def test_a_model_that_dumps_its_fields_its_own_way_is_dumped(
+    model: BaseModel, fields: set[str], expected: dict[str, Any]
+) -> None:
+    assert (
+        json_arguments(model, fields) == expected == model.model_dump(mode="json", include=fields)
+    )

@@ -23,7 +23,12 @@ from ..core.canonical import canonical_json
 from ..core.keys import digest, graph_path
 from ..errors import InvalidArgumentsError
 
-__all__ = ["calling", "is_calling_tools", "parent_call", "watch_calling_tools"]
+__all__ = [
+    "calling",
+    "calling_tools_tracker",
+    "parent_call",
+    "watch_calling_tools",
+]
 
 #: The key and ``checkpoint_ns`` of the memoized call whose tool is running now.
 _calling: ContextVar[tuple[str, str] | None] = ContextVar(
@@ -119,9 +124,9 @@ _tracker: list[Any] = []
 _watching = threading.Lock()
 
 
-def is_calling_tools(handler: object) -> bool:
-    """Whether ``handler`` is the library's own tracker of calling tools."""
-    return bool(_tracker) and handler is _tracker[0]
+def calling_tools_tracker() -> object:
+    """The library's own tracker of calling tools (``None`` before it is installed)."""
+    return _tracker[0] if _tracker else None
 
 
 def watch_calling_tools() -> None:

@@ -296,6 +296,10 @@ class DirectCall:
     tool: BaseTool
     sync: _Params
     async_: _Params
+    #: Whether the config given to ``_run`` / ``_arun`` can reach the tool's own code: not
+    #: for a ``StructuredTool`` whose function and coroutine take no ``RunnableConfig``
+    #: (its ``_run`` hands the config to nothing else), so no view of it is made.
+    hands_config: bool = True
 
     @classmethod
     def of(cls, tool: BaseTool) -> DirectCall | None:
@@ -303,13 +307,19 @@ class DirectCall:
         if any(getattr(kind, name) not in _KNOWN[name] for name in _ENTRY_POINTS):
             return None
         try:
+            from langchain_core.tools.base import _get_runnable_config_param
+
             sync = _Params.of(tool._run)
             # As BaseTool.arun: a tool without its own _arun runs _run in an executor.
             uses_run = kind._arun is BaseTool._arun
             async_ = _Params.of(tool._run if uses_run else tool._arun)
+            hands = sync.config is not None or async_.config is not None
+            if hands and kind is StructuredTool:
+                functions = (getattr(tool, "func", None), getattr(tool, "coroutine", None))
+                hands = any(_get_runnable_config_param(f) for f in functions if f is not None)
         except (ImportError, AttributeError, TypeError, ValueError, NameError):
             return None  # a LangChain whose internals moved: go through invoke
-        return cls(tool, sync, async_)
+        return cls(tool, sync, async_, hands)
 
     def run(
         self,

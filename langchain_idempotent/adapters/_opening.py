@@ -2,8 +2,9 @@
 
 :class:`~.tool.IdempotentTool` (``invoke``, ``ainvoke``, ``run``, ``arun``) and
 :class:`~.middleware.IdempotencyMiddleware` (``wrap_tool_call``, ``awrap_tool_call``) open
-every call the same way, as one flow (:func:`opening`) that approval's driver carries out
-on the engine's store (:func:`._asking.drive` / :func:`._asking.adrive`):
+every call the same way (:func:`opening`): the :class:`Opening` at once when no step is
+needed, else approval's flow, which :func:`open_call` / :func:`aopen_call` carry out on the
+engine's store (:func:`._asking.drive` / :func:`._asking.adrive`):
 
 1. a read-only tool (``effect="read"``) runs as it is: no key, no store, and
    ``side_effect()`` refused inside it (:func:`~..core.context.passthrough`);
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.context import passthrough
+from ._asking import adrive, drive
 from ._handoff import Handoff
 from .approval import flow
 
@@ -34,10 +36,12 @@ if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
     from ..core.engine import Engine
+    from ..core.policy import Policy
+    from ..core.store import BaseIdempotencyStore
     from ._asking import Steps
     from ._call import PendingCall
 
-__all__ = ["Opening", "opening"]
+__all__ = ["Opening", "aopen_call", "open_call", "opening"]
 
 
 @dataclass(slots=True)
@@ -75,11 +79,13 @@ def opening(
     derive: Callable[[], PendingCall | None],
     config: RunnableConfig,
     tool_input: Any = None,
-) -> Steps:
+) -> Opening | Steps:
     """The opening of one call of a tool run under ``engine`` (its policy); ``handoff()``
     says what replay means for the tool if it is a handoff, ``derive()`` makes the call's
     key (each asked only when needed); ``tool_input``: what the call was given. Returns the
-    :class:`Opening`."""
+    :class:`Opening` when it needs no step (no approval, no ``authorize``: most calls),
+    else approval's steps, whose flow returns it (:func:`open_call` / :func:`aopen_call`
+    carry them out)."""
     policy = engine.policy
     if policy.effect_class == "read":
         return _READ
@@ -90,5 +96,24 @@ def opening(
         return Opening(None, tool_input)
     if policy.approval is False and policy.authorize is None:
         return Opening(pending, pending.tool_input)
+    return _approved(pending, policy, config)
+
+
+def _approved(pending: PendingCall, policy: Policy, config: RunnableConfig) -> Steps:
     verdict = yield from flow(pending, policy, config)
     return Opening(verdict.pending, verdict.tool_input, verdict.rejection, verdict.edited)
+
+
+def open_call(opened: Opening | Steps, store: BaseIdempotencyStore) -> Opening:
+    """The :class:`Opening` of :func:`opening`, its steps (if any) carried out on ``store``
+    (:func:`._asking.drive`)."""
+    if isinstance(opened, Opening):
+        return opened
+    return drive(opened, store)  # type: ignore[no-any-return]
+
+
+async def aopen_call(opened: Opening | Steps, store: BaseIdempotencyStore) -> Opening:
+    """:func:`open_call` for async callers (:func:`._asking.adrive`)."""
+    if isinstance(opened, Opening):
+        return opened
+    return await adrive(opened, store)  # type: ignore[no-any-return]

@@ -110,6 +110,10 @@ def step_calls(
         calls = getattr(message, "tool_calls", None)
         if not calls:
             continue
+        if len(calls) == 1:  # (most messages) the call alone, or another message's
+            if str(calls[0].get("id")) == call_id:
+                return None
+            continue
         ids = tuple(str(c.get("id")) for c in calls)
         if call_id not in ids:
             continue

@@ -129,15 +129,15 @@ def visible_arguments(
         if isinstance(tool_input, Mapping):
             return dict(tool_input)  # the tool itself refuses this
         return {"__arg1": tool_input}
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        fields = _field_set(schema)
+    plan = _model_plan(schema, hidden) if isinstance(schema, type) else None
+    if plan is not None:
+        fields, keyed = plan
         if isinstance(tool_input, str):
             # As LangChain does: a string is the first argument (``""`` for a tool with none).
             first = next(iter(schema.model_fields), None)
             tool_input = {first: tool_input} if first is not None else {}
         visible = {k: v for k, v in tool_input.items() if k in fields}
         model = schema.model_validate(visible)
-        keyed = fields - hidden if hidden else fields
         try:
             return json_arguments(model, keyed)
         except InvalidArgumentsError as exc:
@@ -174,11 +174,9 @@ def by_field_name(args_schema: Any, tool_input: Any) -> Any:
     ``validation_alias``, an ``AliasChoices`` choice, an ``AliasPath``'s first step)
     renamed to its field name, as the tool will see it. The model-visible schema LangChain
     derives drops aliases, so the key is made from the field names."""
-    if not (isinstance(args_schema, type) and issubclass(args_schema, BaseModel)):
+    if not isinstance(args_schema, type) or not isinstance(tool_input, Mapping):
         return tool_input
-    if not isinstance(tool_input, Mapping):
-        return tool_input
-    names = _field_names_by_alias(args_schema)
+    names = _aliases_of(args_schema)
     if not names:
         return tool_input
     renamed = dict(tool_input)
@@ -190,10 +188,30 @@ def by_field_name(args_schema: Any, tool_input: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=1024)
+def _model_plan(schema: type[Any], hidden: frozenset[str]) -> tuple[set[str], set[str]] | None:
+    """For a pydantic model schema: its field names and those that enter the key (all but
+    ``hidden``), read once per schema and hidden set (shared: callers must not mutate
+    them); ``None`` for any other class."""
+    if not issubclass(schema, BaseModel):
+        return None
+    fields = _field_set(schema)
+    return fields, (fields - hidden if hidden else fields)
+
+
+@functools.lru_cache(maxsize=1024)
 def _field_set(schema: type[BaseModel]) -> set[str]:
     """The field names of a model-visible schema (read once per schema class; shared, so
     callers must not mutate it)."""
     return set(schema.model_fields)
+
+
+@functools.lru_cache(maxsize=1024)
+def _aliases_of(schema: type[Any]) -> dict[str, str] | None:
+    """:func:`_field_names_by_alias` of a pydantic model class; ``None`` for any other
+    class (read once per class)."""
+    if not issubclass(schema, BaseModel):
+        return None
+    return _field_names_by_alias(schema)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -215,10 +233,12 @@ def _field_names_by_alias(schema: type[BaseModel]) -> dict[str, str]:
 
 def _thread_id(config: RunnableConfig) -> str | None:
     configurable = config.get("configurable") or {}
-    for value in (configurable.get(SCOPE_CONFIG_KEY), configurable.get("thread_id")):
-        if value is not None and value != "":
-            return str(value)
-    return current_scope()
+    value = configurable.get(SCOPE_CONFIG_KEY)  # an explicit scope first, then the thread
+    if value is None or value == "":
+        value = configurable.get("thread_id")
+        if value is None or value == "":
+            return current_scope()
+    return str(value)
 
 
 def call_info(
@@ -237,7 +257,7 @@ def call_info(
     ``hidden`` the injected parameters that are no model argument, ``exclude`` the
     arguments kept out of the key (``key_exclude``)."""
     try:
-        args = visible_arguments(schema, tool_input, hidden | frozenset(exclude))
+        args = visible_arguments(schema, tool_input, hidden.union(exclude) if exclude else hidden)
     except InvalidArgumentsError as exc:
         raise InvalidArgumentsError(f"tool {tool!r}: {exc}") from exc
     inputs = inputs or {}
@@ -247,21 +267,22 @@ def call_info(
     ns = ns if isinstance(ns, str) else ""
     node = metadata.get("langgraph_node")
     agent = metadata.get("lc_agent_name")
+    # By position (keywords cost a third more, on every call): CallInfo's order.
     return CallInfo(
-        tool=tool,
-        args=args,
-        canonical_args=_canonical_args(tool, args, exclude),
-        namespace=namespace,
-        thread_id=_thread_id(config),
-        graph_path=graph_path(ns),
-        node=str(node) if node is not None else None,
-        tool_call_id=tool_call_id,
-        config=config,
-        agent_name=str(agent) if agent else None,
-        checkpoint_ns=ns,
-        parent_call=parent_call(ns),
-        inputs=inputs,
-        canonical_inputs=_canonical_inputs(tool, inputs) if inputs else b"{}",
+        tool,
+        args,
+        _canonical_args(tool, args, exclude),
+        namespace,
+        _thread_id(config),
+        graph_path(ns),
+        str(node) if node is not None else None,  # node
+        tool_call_id,
+        config,
+        str(agent) if agent else None,  # agent_name
+        ns,  # checkpoint_ns
+        parent_call(ns),
+        inputs,
+        _canonical_inputs(tool, inputs) if inputs else b"{}",
     )
 
 
@@ -333,6 +354,10 @@ def call_inputs(
     """:func:`key_inputs` of one call as a tool gets it: from its arguments (ToolNode puts
     the injected values there), the whole state the tool is given (else ``state``, else
     the graph's channels) and the run's static context (from ``config``)."""
+    if not (params.values or params.state_fields or params.whole_state or key_state):
+        # No injected value, state field or key_state (most tools): the context alone.
+        context = run_context(config)
+        return {CONTEXT: context} if context is not None and CONTEXT not in exclude else {}
     given = args if isinstance(args, Mapping) else {}
     if state is None:
         state = given_state(params, given)
@@ -353,6 +378,8 @@ def call_inputs(
 def given_state(params: InjectedParams, args: Any) -> Any:
     """The whole graph state a call hands its tool (a whole ``InjectedState`` argument, a
     ``ToolRuntime``'s ``.state``), or ``None``."""
+    if not params.whole_state:
+        return None
     given = args if isinstance(args, Mapping) else {}
     for param in params.whole_state:
         value = given.get(param)

@@ -41,14 +41,14 @@ from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
-from ._asking import Steps, adrive, drive
+from ._asking import Steps
 from ._call import PendingCall, build_engine, unmemoized_if_error
 from ._calling import watch_calling_tools
 from ._compat import NO_INJECTIONS, InjectedParams, format_tool_output, injected_params, loud
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
 from ._identical import has_twin
-from ._opening import Opening, opening
+from ._opening import Opening, aopen_call, open_call, opening
 from ._reads import seeing_request, view_config
 from ._siblings import Sibling, StepCalls, step_calls
 from .keys import TURN_CONFIG_KEY, graph_path, model_schema, turn_from_messages
@@ -131,7 +131,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         config, engine = _config(request), self._engine(request)
         if engine is None:  # not a tool this middleware wraps
             return handler(request)
-        opened: Opening = drive(self._opening(request, config, engine), engine.store)
+        opened = open_call(self._opening(request, config, engine), engine.store)
         if opened.pending is None:
             with opened.untouched(request.tool_call["name"]):
                 return handler(request)
@@ -155,7 +155,7 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         config, engine = _config(request), self._engine(request)
         if engine is None:
             return await handler(request)
-        opened: Opening = await adrive(self._opening(request, config, engine), engine.store)
+        opened = await aopen_call(self._opening(request, config, engine), engine.store)
         if opened.pending is None:
             with opened.untouched(request.tool_call["name"]):
                 return await handler(request)
@@ -171,7 +171,9 @@ class IdempotencyMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
         return await call.arun(action)
 
-    def _opening(self, request: ToolCallRequest, config: RunnableConfig, engine: Engine) -> Steps:
+    def _opening(
+        self, request: ToolCallRequest, config: RunnableConfig, engine: Engine
+    ) -> Opening | Steps:
         """The call's opening (:mod:`._opening`): as it is, rejected, or under its key."""
         return opening(
             engine, lambda: self._handoff(request), lambda: self._pending(request, config), config

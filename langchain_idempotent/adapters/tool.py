@@ -43,9 +43,9 @@ from ..core.events import EventHook
 from ..core.policy import Policy, PolicyOptions
 from ..core.reads import current_reads
 from ..core.store import BaseIdempotencyStore
-from ._asking import Steps, adrive, drive
+from ._asking import Steps
 from ._call import PendingCall, build_engine, unmemoized_if_error
-from ._calling import is_calling_tools, watch_calling_tools
+from ._calling import calling_tools_tracker, watch_calling_tools
 from ._compat import (
     DirectCall,
     InjectedParams,
@@ -58,7 +58,7 @@ from ._compat import (
 from ._functions import FunctionCall, tool_from_function
 from ._handoff import Handoff, check_handoff, is_handoff, stored_handoff
 from ._hints import engine_for
-from ._opening import Opening, opening
+from ._opening import Opening, aopen_call, open_call, opening
 from ._reads import config_context, handed, view_config
 from ._replay import direct_call_id
 from ._siblings import Sibling, StepCalls, step_calls
@@ -223,13 +223,13 @@ class IdempotentTool(BaseTool):
             args=args,
             tool_call_id=tool_call_id,
             config=config,
-            policy=self.policy,
+            policy=self.engine.policy,
             params=self._params,
         )
 
     def _opening(
         self, tool_input: Any, config: RunnableConfig, tool_call_id: str | None = None
-    ) -> Steps:
+    ) -> Opening | Steps:
         """The call's opening (:mod:`._opening`): as it is, rejected, or under its key."""
         return opening(
             self.engine,
@@ -245,7 +245,7 @@ class IdempotentTool(BaseTool):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         tool_input, run_kwargs = prep_run_args(input, config, **kwargs)
-        opened: Opening = drive(self._opening(input, run_kwargs["config"]), self.engine.store)
+        opened = open_call(self._opening(input, run_kwargs["config"]), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return self.inner.invoke(input, config, **kwargs)
@@ -261,9 +261,7 @@ class IdempotentTool(BaseTool):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         tool_input, run_kwargs = prep_run_args(input, config, **kwargs)
-        opened: Opening = await adrive(
-            self._opening(input, run_kwargs["config"]), self.engine.store
-        )
+        opened = await aopen_call(self._opening(input, run_kwargs["config"]), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return await self.inner.ainvoke(input, config, **kwargs)
@@ -279,7 +277,7 @@ class IdempotentTool(BaseTool):
 
     # -- run / arun called directly (legacy executors, user code): the same key ----------
 
-    def _run_opening(self, tool_input: Any, kwargs: dict[str, Any]) -> Steps:
+    def _run_opening(self, tool_input: Any, kwargs: dict[str, Any]) -> Opening | Steps:
         """The opening of a direct ``run`` call (its ``config``, metadata, call id)."""
         config = ensure_config(kwargs.get("config"))
         if kwargs.get("metadata"):
@@ -296,7 +294,7 @@ class IdempotentTool(BaseTool):
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:  # from invoke: the call is opened
             return super().run(tool_input, *args, **kwargs)
-        opened: Opening = drive(self._run_opening(tool_input, kwargs), self.engine.store)
+        opened = open_call(self._run_opening(tool_input, kwargs), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return self.inner.run(tool_input, *args, **kwargs)
@@ -311,7 +309,7 @@ class IdempotentTool(BaseTool):
     async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         if _pending.get() is not None:
             return await super().arun(tool_input, *args, **kwargs)
-        opened: Opening = await adrive(self._run_opening(tool_input, kwargs), self.engine.store)
+        opened = await aopen_call(self._run_opening(tool_input, kwargs), self.engine.store)
         if opened.as_is:
             with opened.untouched(self.name):
                 return await self.inner.arun(tool_input, *args, **kwargs)
@@ -383,9 +381,11 @@ class IdempotentTool(BaseTool):
         self, config: RunnableConfig, kwargs: dict[str, Any], pending: PendingCall
     ) -> tuple[RunnableConfig, dict[str, Any], Any]:
         """What the tool is handed, as views that note what it reads (:mod:`._reads`):
-        the config, its injected arguments and (through ``invoke``) its envelope."""
+        the config, its injected arguments and (through ``invoke``) its envelope (``None``
+        for a tool whose ``_run`` is called directly, which takes no envelope)."""
         reads = current_reads()
-        envelope = self._envelope(pending)
+        direct = self._direct
+        envelope = self._envelope(pending) if direct is None else None
         if reads is None:
             return config, kwargs, envelope
         given = handed(kwargs, self._params, reads) or kwargs
@@ -395,7 +395,8 @@ class IdempotentTool(BaseTool):
             viewed = handed(args, self._params, reads) if isinstance(args, dict) else None
             if viewed is not None:
                 envelope = {**envelope, "args": viewed} if call else viewed
-        return view_config(config, reads), given, envelope
+        seen = view_config(config, reads) if direct is None or direct.hands_config else config
+        return seen, given, envelope
 
     @staticmethod
     def _seen_child(child: RunnableConfig, seen: RunnableConfig) -> RunnableConfig:
@@ -407,7 +408,7 @@ class IdempotentTool(BaseTool):
     def _step(self, pending: PendingCall, config: RunnableConfig) -> StepCalls | None:
         """The other calls of this call's model message in the graph state, to claim with
         it in one round trip: those of the tools wrapped with it (:mod:`._siblings`)."""
-        if pending.tool_call_id is None or self.policy.approval:
+        if pending.tool_call_id is None or self.engine.policy.approval:
             return None
         peers = self._peers
 
@@ -488,9 +489,12 @@ def _listened(
     the library's own tracker of calling tools, which ignores custom events."""
     if run_manager is None:
         return True
-    return any(
-        not is_calling_tools(h) for h in (*run_manager.handlers, *run_manager.inheritable_handlers)
-    )
+    tracker = calling_tools_tracker()
+    for handlers in (run_manager.handlers, run_manager.inheritable_handlers):
+        for handler in handlers:
+            if handler is not tracker:
+                return True
+    return False
 
 
 def _child_config(

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._frozen import fast_init
+
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
@@ -22,6 +24,7 @@ __all__ = ["CallInfo", "KeyFunction", "Scope"]
 Scope = Literal["thread", "turn", "call"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CallInfo:
     """Everything known about one tool call; what a key function receives."""

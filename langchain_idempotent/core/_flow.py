@@ -38,7 +38,7 @@ from ._steps import (
     _Step,
     _WatchStep,
 )
-from .context import IdempotencyContext, _Boundary, _Journal
+from .context import IdempotencyContext, _Boundary, _Journal, _LeaseFlag
 from .events import (
     QUIET_KINDS,
     EventCounter,
@@ -68,6 +68,10 @@ class Flow:
     on_event: EventHook | None
     never_terminal: tuple[type[BaseException], ...]
     _counter: EventCounter
+    #: What a run's side-effect boundary is told, the same for every call (the policy is
+    #: frozen): the exceptions that prove nothing was sent, and whether the tool is keyed.
+    _resendable: tuple[type[BaseException], ...]
+    _keyed: bool
 
     def _flow(self, call: _Call, made: Claim | None = None) -> Generator[_Step, Any, Any]:
         """Claim (waiting out a live lease), then run and complete, or answer without
@@ -182,19 +186,20 @@ class Flow:
         """Holding the lease: reconcile a takeover, or run the action and settle it."""
         policy = self.policy
         boundary = _Boundary(
-            declared=policy.boundary,
-            tool=call.tool,
-            resendable=(*self.never_terminal, *policy.not_sent),
-            keyed=policy.effect_class == "keyed",
+            declared=policy.boundary, tool=call.tool, resendable=self._resendable, keyed=self._keyed
         )
+        # By position (keywords cost a third more, on every first run): the context's order.
         ctx = IdempotencyContext(
-            key=call.key,
-            fence=claim.fence,
-            attempt=claim.attempt,
-            takeover=claim.outcome is ClaimOutcome.TAKEOVER,
-            owner=call.owner,
-            _boundary=boundary,
-            _journal=_Journal(call.tool),
+            call.key,
+            claim.fence,
+            claim.attempt,
+            claim.outcome is ClaimOutcome.TAKEOVER,  # takeover
+            call.owner,
+            _LeaseFlag(),
+            True,  # protected
+            None,  # connection
+            boundary,
+            _Journal(call.tool),
         )
         paused = ctx.takeover and self._was_paused(claim)
         if paused:  # an interrupt() after the block: the tool runs on to its resume value

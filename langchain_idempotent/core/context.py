@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from types import FunctionType, MethodType, TracebackType
 from typing import Any
 
+from ._frozen import fast_init
+
 __all__ = [
     "IdempotencyContext",
     "astep",
@@ -92,6 +94,7 @@ class _Journal:
     arun: AsyncStepRunner | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IdempotencyContext:
     #: The idempotency key: stable across retries, resumes and workers.

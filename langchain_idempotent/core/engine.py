@@ -63,6 +63,7 @@ from ..errors import IdempotencyError, UnstorableResultError
 from . import _transactional
 from ._drive import adrive, drive
 from ._flow import Flow
+from ._frozen import fast_init
 from ._reconciling import aconsult, consult
 from ._steps import (
     _CLAIM,
@@ -91,6 +92,7 @@ __all__ = ["Claimed", "Engine", "Unmemoized", "new_owner", "step_fingerprint", "
 T = TypeVar("T")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A claim already made for a call (a batch of sibling calls, :mod:`._siblings`): the
@@ -201,6 +203,8 @@ class Engine(Flow):
         )
         self.on_event = on_event
         self.never_terminal = tuple(never_terminal)
+        self._resendable = (*self.never_terminal, *self.policy.not_sent)
+        self._keyed = self.policy.effect_class == "keyed"
         self._counter = EventCounter()
         self._renew_every = self.policy.lease_s * self.policy.renew_fraction
         # Read once: the policy is frozen, and every claim passes the same settings.

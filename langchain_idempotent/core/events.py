@@ -54,6 +54,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._frozen import fast_init
+
 __all__ = [
     "EVENT_KINDS",
     "QUIET_KINDS",
@@ -113,6 +115,7 @@ SURFACED_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if sur
 QUIET_KINDS = frozenset(kind for kind, (_, surfaced) in _KINDS.items() if not surfaced)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class IdempotencyEvent:
     kind: EventKind

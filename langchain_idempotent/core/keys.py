@@ -36,7 +36,9 @@ rejected.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidArgumentsError, MissingScopeError
 from ._callinfo import CallInfo, KeyFunction, Scope
+from ._frozen import fast_init
 from .canonical import CANONICAL_VERSION
 
 __all__ = [
@@ -87,6 +90,7 @@ KEY_VERSION = 4
 HONOURED_VERSION: int | None = None
 
 
+@functools.cache
 def version_part(key_version: int) -> str:
     """The version part of a key of format ``key_version`` (and :data:`CANONICAL_VERSION`)."""
     return f"v{CANONICAL_VERSION}.k{key_version}"
@@ -106,6 +110,7 @@ class AgentCollisionWarning(UserWarning):
     """A key function gave two agents that the library tells apart the same key."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DerivedKey:
     key: str
@@ -140,6 +145,8 @@ def graph_path(checkpoint_ns: str | None) -> str:
     → ``"billing|tools"`` (a call counter is the same subgraph invoked again by a retry)."""
     if not checkpoint_ns:
         return ""
+    if "|" not in checkpoint_ns:  # one level (a ToolNode's "tools:<task id>"): no join
+        return "" if checkpoint_ns.isdigit() else checkpoint_ns.partition(":")[0]
     return "|".join(
         part.split(":", 1)[0] for part in checkpoint_ns.split("|") if part and not part.isdigit()
     )
@@ -150,11 +157,41 @@ def graph_path(checkpoint_ns: str | None) -> str:
 _LENGTHS = tuple(b"%d:" % n for n in range(256))
 
 
+#: Short text parts (tool names, namespaces, graph paths, nodes, the version part) as
+#: framed bytes: most parts of a key repeat from call to call, and encoding and framing a
+#: part costs more than looking it up. Bounded: emptied when full (a thread id per call).
+_FRAMED: dict[str, bytes] = {}
+_FRAMED_LIMIT = 4096
+_FRAMED_LONGEST = 128
+
+
 def digest(*parts: str | bytes) -> str:
-    """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update)."""
-    data = [p if isinstance(p, bytes) else p.encode("utf-8", "surrogatepass") for p in parts]
-    framed = [_LENGTHS[len(d)] + d if len(d) < 256 else b"%d:" % len(d) + d for d in data]
+    """SHA-256 over the parts, each as ``<length>:<bytes>`` (hashed in one update; one
+    loop, each part framed once, a short text part looked up in :data:`_FRAMED`)."""
+    framed: list[bytes] = []
+    add = framed.append
+    cache = _FRAMED
+    for part in parts:
+        if type(part) is str:
+            known = cache.get(part)
+            if known is None:
+                known = _framed(part.encode("utf-8", "surrogatepass"))
+                if len(part) <= _FRAMED_LONGEST:
+                    if len(cache) >= _FRAMED_LIMIT:
+                        cache.clear()
+                    cache[part] = known
+            add(known)
+        else:
+            data = part if isinstance(part, bytes) else part.encode("utf-8", "surrogatepass")
+            n = len(data)
+            add(_LENGTHS[n] if n < 256 else b"%d:" % n)
+            add(data)
     return hashlib.sha256(b"".join(framed)).hexdigest()
+
+
+def _framed(data: bytes) -> bytes:
+    n = len(data)
+    return (_LENGTHS[n] if n < 256 else b"%d:" % n) + data
 
 
 def derive_key(info: CallInfo, scope: Scope | KeyFunction, turn_of: TurnOf) -> DerivedKey:
@@ -266,12 +303,15 @@ Recipe = Callable[
 FORMATS: dict[int, Recipe] = {4: _key_parts}
 
 
+_second = operator.itemgetter(1)
+
+
 def _key_of(scope: str, named: list[tuple[str, str | bytes]]) -> str:
     """The key hashed from :func:`_key_parts` (a custom key hashes its marker too)."""
     if scope == "custom":
         (_, version), (_, namespace), (_, user_key) = named
         return digest(version, namespace, "custom", user_key)
-    return digest(*[value for _, value in named])
+    return digest(*map(_second, named))
 
 
 def _check_key_function(info: CallInfo, user_key: str) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
+from ._frozen import fast_init
+
 __all__ = [
     "FORMAT_VERSION",
     "Claim",
@@ -131,6 +133,7 @@ class State(StrEnum):
     """Released after a retryable error; the next claim runs again with a higher fence."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Record:
     key: str
@@ -191,6 +194,7 @@ class ClaimOutcome(StrEnum):
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     outcome: ClaimOutcome
@@ -212,6 +216,7 @@ class Claim:
     error_type: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Completion:
     #: True when this call's payload is now the stored one.

@@ -29,12 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._frozen import fast_init
 from .protocol import decide_claim, decide_complete
 from .record import Claim, Completion, ExpiredPolicy, Record, UncertainReason
 
 __all__ = ["BaseIdempotencyStore", "ClaimRequest", "CompleteRequest", "Held"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
     """One claim (:meth:`BaseIdempotencyStore.claim`, one of a batch for
@@ -74,6 +76,7 @@ class ClaimRequest:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CompleteRequest:
     """One completion (:meth:`BaseIdempotencyStore.complete`): store ``payload`` (a result,
