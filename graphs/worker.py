@@ -19,14 +19,14 @@ import os
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import certifi
 import httpx
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import MessagesState
@@ -45,7 +45,7 @@ from .tools import DEFAULT_TIMEOUT, make_reconcilers
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
 
-__all__ = ["build_worker_agent", "run_ticket", "worker_main"]
+__all__ = ["answered", "build_worker_agent", "run_ticket", "worker_main"]
 
 #: Built once, in the fork server that preloads this module, and inherited by every worker:
 #: loading the CA bundle costs ~0.2 s of CPU per ``httpx.Client``, and a batch starts a
@@ -208,6 +208,11 @@ def build_worker_agent(
     return agent, kill
 
 
+def answered(messages: Sequence[BaseMessage]) -> bool:
+    """Whether a ticket's thread ends with the model's answer (no tool call left to run)."""
+    return bool(messages) and isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls
+
+
 def run_ticket(
     agent: RefundAgent,
     ticket: Ticket,
@@ -224,9 +229,14 @@ def run_ticket(
     for attempt in range(1, cfg.max_attempts + 1):
         try:
             state = agent.get_state(config)
-            if state.values.get("messages") and not state.next:
+            messages = state.values.get("messages") or []
+            if not state.next and answered(messages):
                 return True  # finished, e.g. by a concurrent delivery of the same ticket
-            inputs = None if state.next else MessagesState(messages=[HumanMessage(ticket.text)])
+            # A started thread is resumed, never given the ticket again: "no step left" with
+            # messages and no answer is another delivery's step caught between its writes and
+            # its next checkpoint (LangGraph's snapshot then shows no step left).
+            started = state.next or messages
+            inputs = None if started else MessagesState(messages=[HumanMessage(ticket.text)])
             # "sync": each step's checkpoint is written before the next step starts, so a
             # worker killed inside a tool leaves the thread with that tool step pending.
             agent.invoke(inputs, config, durability="sync")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -32,6 +34,7 @@ from graphs.reference import (
 )
 from graphs.refund_agent import build_refund_agent
 from graphs.tools import make_reconcilers
+from graphs.worker import run_ticket
 from langchain_idempotent import ReconcileCall
 from tests.support.postgres_fixtures import pg_server, pg_url
 
@@ -105,6 +108,49 @@ def test_without_a_key_every_post_is_a_new_refund(provider: PaymentProvider) -> 
     assert _post(provider, REFUND).status_code == 200
     assert _post(provider, REFUND).status_code == 200
     assert len(provider.ledger.refunds()) == 2
+
+
+class _Thread:
+    """A refund agent's thread as ``run_ticket`` sees it: a fixed snapshot; invocations noted."""
+
+    def __init__(self, messages: list[Any], next_steps: tuple[str, ...]) -> None:
+        self.snapshot = SimpleNamespace(values={"messages": messages}, next=next_steps)
+        self.invoked: list[Any] = []
+
+    def get_state(self, config: RunnableConfig) -> Any:
+        return self.snapshot
+
+    def invoke(self, inputs: Any, config: RunnableConfig, **kwargs: Any) -> Any:
+        self.invoked.append(inputs)
+
+
+_REFUND_CALL = AIMessage(
+    content="", tool_calls=[{"name": "issue_refund", "args": {}, "id": "c1", "type": "tool_call"}]
+)
+_WORKER = SimpleNamespace(
+    thread_id=lambda ticket: "T-1", max_attempts=1, backoff_base=0.0, backoff_cap=0.0
+)
+
+
+@pytest.mark.parametrize(
+    ("messages", "next_steps", "resumed"),
+    [
+        ([HumanMessage("refund"), _REFUND_CALL], (), True),  # a step between writes and checkpoint
+        ([HumanMessage("refund"), _REFUND_CALL], ("tools",), True),  # a step left
+        ([HumanMessage("refund"), _REFUND_CALL, AIMessage("Refunded.")], (), False),  # answered
+    ],
+    ids=["mid-step", "pending", "answered"],
+)
+def test_a_worker_calls_a_ticket_finished_only_when_the_model_has_answered(
+    messages: list[Any], next_steps: tuple[str, ...], resumed: bool
+) -> None:
+    # Another delivery of the ticket caught mid-step shows messages and no step left; taking
+    # that for "finished" left a refund unpaid when that delivery's worker was then killed.
+    thread = _Thread(messages, next_steps)
+    ticket = SimpleNamespace(text="refund")
+    ok = run_ticket(thread, ticket, _WORKER, rng=random.Random(0), on_retry=lambda _e: None)  # type: ignore[arg-type]
+    assert ok
+    assert thread.invoked == ([None] if resumed else [])  # resumed, never given the ticket again
 
 
 def test_a_client_gone_mid_reply_prints_no_traceback_and_other_errors_still_do(
