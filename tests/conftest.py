@@ -103,5 +103,3 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseId
         store.close()
     else:
         yield request.getfixturevalue("redis_store")
-
-

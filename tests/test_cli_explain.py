@@ -133,13 +133,9 @@ def test_explain_answers_bad_input_with_an_error_not_a_traceback(
     argv: list[str], says: str, tmp_path: Path
 ) -> None:
     # ``python -m langchain_idempotent explain ...``, in a process of its own (forked warm).
-    command = ["langchain-idempotent", "explain", "--tool", "t", "--thread", "T-1", *argv]
-    script = tmp_path / "explain.py"
-    script.write_text(
-        f"import runpy, sys\nsys.argv = {command!r}\n"
-        "runpy.run_module('langchain_idempotent', run_name='__main__', alter_sys=True)\n"
-    )
-    code, _, err = forked.run_script(script, timeout=60)
+    command = ["-m", "langchain_idempotent", "explain", "--tool", "t", "--thread", "T-1", *argv]
+    done = forked.run(command, folder=tmp_path, cwd=ROOT, timeout=60)
+    code, err = done.returncode, done.stderr
     assert code == 2, err
     assert "Traceback" not in err, err
     assert says in err and err.startswith("langchain-idempotent: error: ")

@@ -29,29 +29,25 @@ def test_the_site_has_runnable_snippets() -> None:
     assert len(SNIPPETS) >= 3, [s.name for s in SNIPPETS]
 
 
-def test_a_snippet_runs_in_a_process_of_its_own_that_reports_its_failure(
-    tmp_path: Path
-) -> None:
+def test_a_snippet_runs_in_a_process_of_its_own_that_reports_its_failure(tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(
         "import os, sys\nprint(__name__, sys.argv[0] == __file__, os.getcwd())\n"
         "raise ValueError('as printed')\n"
     )
-    code, out, err = forked.run_script(script, timeout=60)
-    assert code == 1 and "ValueError: as printed" in err
-    assert out.split() == ["__main__", "True", str(tmp_path)]
+    done = forked.run_script(script, timeout=60)
+    assert done.returncode == 1 and "ValueError: as printed" in done.stderr
+    assert done.stdout.split() == ["__main__", "True", str(tmp_path)]
     script.write_text("import sys\nsys.exit(3)\n")
-    assert forked.run_script(script, timeout=60)[0] == 3
+    assert forked.run_script(script, timeout=60).returncode == 3
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.name)
-def test_every_runnable_snippet_runs_as_printed(
-    snippet: Snippet, tmp_path: Path
-) -> None:
+def test_every_runnable_snippet_runs_as_printed(snippet: Snippet, tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(snippet.code)
-    code, _, stderr = forked.run_script(script, timeout=120)
-    assert code == 0, f"{snippet.name}:\n{stderr}"
+    done = forked.run_script(script, timeout=120)
+    assert done.returncode == 0, f"{snippet.name}:\n{done.stderr}"
 
 
 def test_every_page_is_in_the_navigation() -> None:

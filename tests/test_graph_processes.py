@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 import uuid
@@ -158,26 +157,15 @@ def worker(role: str, workdir: Path) -> None:
 # -- the test side ----------------------------------------------------------------------------
 
 
-def _spawn(role: str, workdir: Path) -> tuple[forked.ForkedProcess, Path]:
-    """``python this_file role workdir``: the process and the stem of its output files."""
+def _spawn(role: str, workdir: Path) -> forked.ForkedProcess:
+    """``python this_file role workdir``, its output in files of its own in ``workdir``."""
     stem = workdir / f"{role}-{uuid.uuid4().hex[:8]}"
-    proc = forked.start(
+    return forked.start(
         [__file__, role, str(workdir)],
         cwd=Path(__file__).parent,
         stdout=stem.with_suffix(".out"),
         stderr=stem.with_suffix(".err"),
     )
-    return proc, stem
-
-
-def _finish(spawned: tuple[forked.ForkedProcess, Path]) -> tuple[int, str, str]:
-    proc, stem = spawned
-    try:
-        code = proc.wait(90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        code = proc.wait()
-    return code, stem.with_suffix(".out").read_text(), stem.with_suffix(".err").read_text()
 
 
 def _executions(workdir: Path) -> list[dict[str, Any]]:
@@ -194,15 +182,15 @@ def _effects(workdir: Path) -> dict[str, int]:
 def test_a_process_that_dies_mid_step_is_resumed_by_a_new_process_with_each_effect_once(
     tmp_path: Path,
 ) -> None:
-    code, _, err = _finish(_spawn("crash", tmp_path))
-    assert code == 17, err[-3000:]
+    crashed = _spawn("crash", tmp_path).finish(90)
+    assert crashed.returncode == 17, crashed.stderr[-3000:]
     # The dead process refunded (result recorded) and notified (result never recorded).
     died_with = sorted((e["tool"], e["attempt"]) for e in _executions(tmp_path))
     assert died_with == [("issue_refund", 1), ("notify_customer", 1)]
 
-    code, out, err = _finish(_spawn("resume", tmp_path))
-    assert code == 0, err[-3000:]
-    report = json.loads(out.strip().splitlines()[-1])
+    resumed = _spawn("resume", tmp_path).finish(90)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads(resumed.stdout.strip().splitlines()[-1])
 
     executions = _executions(tmp_path)
     refunds = [e for e in executions if e["tool"] == "issue_refund"]
@@ -237,10 +225,10 @@ def test_two_workers_resuming_the_same_thread_at_once_run_the_effect_once_and_ag
 
     workers = [_spawn("worker", tmp_path) for _ in range(2)]
     (tmp_path / "go").touch()
-    finished = [_finish(w) for w in workers]
-    for code, _, err in finished:
-        assert code == 0, err[-3000:]
-    reports = [json.loads(out.strip().splitlines()[-1]) for _, out, _ in finished]
+    finished = [w.finish(90) for w in workers]
+    for done in finished:
+        assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(done.stdout.strip().splitlines()[-1]) for done in finished]
 
     executions = _executions(tmp_path)
     refunds = [e for e in executions if e["tool"] == "issue_refund"]

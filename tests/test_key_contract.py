@@ -232,10 +232,10 @@ def _deploy(tmp_path: Path, *, honour: bool, hold: float, stagger: bool) -> tupl
     answers = []
     procs = []
 
-    def answer(fmt: str, proc: forked.ForkedProcess) -> Any:
-        code = proc.wait(120)
-        assert code == 0, (tmp_path / f"err-{fmt}").read_text()
-        return json.loads((tmp_path / f"out-{fmt}").read_text())
+    def answer(proc: forked.ForkedProcess) -> Any:
+        done = proc.finish(120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
 
     for fmt in ("4", "5"):
         procs.append(
@@ -248,10 +248,10 @@ def _deploy(tmp_path: Path, *, honour: bool, hold: float, stagger: bool) -> tupl
         )
         if stagger and fmt == "4":
             go.touch()
-            answers.append(answer(fmt, procs[0]))
+            answers.append(answer(procs[0]))
     go.touch()
-    for fmt, proc in list(zip(("4", "5"), procs, strict=True))[len(answers) :]:
-        answers.append(answer(fmt, proc))
+    for proc in procs[len(answers) :]:
+        answers.append(answer(proc))
     return len(ledger.read_text().split()), answers
 
 

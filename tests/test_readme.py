@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,13 +35,10 @@ def _run(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """``python quickstart.py``, forked from a warm process (:mod:`tests.support.forked`)."""
     script = tmp_path / "quickstart.py"
     script.write_text(code)
-    returncode, stdout, stderr = forked.run_script(script, timeout=120)
-    return subprocess.CompletedProcess([sys.executable, str(script)], returncode, stdout, stderr)
+    return forked.run_script(script, timeout=120)
 
 
-def test_the_quickstart_runs_as_printed_and_its_retry_pays_once(
-    tmp_path: Path
-) -> None:
+def test_the_quickstart_runs_as_printed_and_its_retry_pays_once(tmp_path: Path) -> None:
     done = _run(_quickstart(), tmp_path)
     assert done.returncode == 0, done.stderr
     # It says what it proved: one refund, and the key the provider was handed.
@@ -73,9 +69,7 @@ def test_the_readme_experiment_without_the_wrapper_fails_its_assert_on_a_second_
     assert "AttributeError" not in done.stderr
 
 
-def test_the_quickstart_on_a_durable_store_says_its_second_run_replayed(
-    tmp_path: Path
-) -> None:
+def test_the_quickstart_on_a_durable_store_says_its_second_run_replayed(tmp_path: Path) -> None:
     """Switched to SQLite as the README suggests, the second run sends nothing and says why."""
     code = _quickstart().replace(
         WRAP,

@@ -324,10 +324,9 @@ def _suites(text: str) -> list[Suite]:
         return list(SUITES.values())
     names = text.split(",")
     unknown = [n for n in names if n not in SUITES]
-    if unknown or not text:
+    if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown suite {', '.join(map(repr, unknown or [text]))}: choose all or from "
-            f"{', '.join(SUITES)}"
+            f"unknown suite {', '.join(map(repr, unknown))}: choose all or from {', '.join(SUITES)}"
         )
     return [SUITES[n] for n in names]
 

@@ -68,9 +68,16 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 class ForkedProcess:
     """A forked program, as far as the tests use :class:`subprocess.Popen`."""
 
-    def __init__(self, process: multiprocessing.process.BaseProcess, argv: list[str]) -> None:
+    def __init__(
+        self,
+        process: multiprocessing.process.BaseProcess,
+        argv: list[str],
+        stdout: Path,
+        stderr: Path | None,
+    ) -> None:
         self._process = process
         self.args = argv
+        self._stdout, self._stderr = stdout, stderr
         assert process.pid is not None
         self.pid: int = process.pid
 
@@ -98,6 +105,22 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+    def finish(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Wait for the program (killed, and ``TimeoutExpired`` raised, if it runs longer
+        than ``timeout``), kill what it left running, and give its exit code and output
+        (stderr ``""`` when it went to stdout's file)."""
+        try:
+            code = self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.wait()
+            raise
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)  # what the program left running
+        err = self._stderr.read_text() if self._stderr is not None else ""
+        return subprocess.CompletedProcess(self.args, code, self._stdout.read_text(), err)
 
 
 def start(
@@ -129,7 +152,7 @@ def start(
         name=" ".join(argv[:3]),
     )
     process.start()
-    return ForkedProcess(process, argv)
+    return ForkedProcess(process, argv, Path(stdout), None if stderr is None else Path(stderr))
 
 
 def run(
@@ -147,24 +170,12 @@ def run(
     out, err = folder / "forked-stdout.txt", folder / "forked-stderr.txt"
     out.unlink(missing_ok=True)  # this run's output only (start appends, as to a log)
     err.unlink(missing_ok=True)
-    child = start(argv, cwd=cwd, env=env, stdout=out, stderr=err)
-    try:
-        code = child.wait(timeout)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-        raise
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)  # what the program left running
-    return subprocess.CompletedProcess(list(argv), code, out.read_text(), err.read_text())
+    return start(argv, cwd=cwd, env=env, stdout=out, stderr=err).finish(timeout)
 
 
-def run_script(script: Path, timeout: float) -> tuple[int, str, str]:
-    """``python script`` in the script's folder (docs snippets, the README's quickstart):
-    its exit code, stdout and stderr."""
-    done = run([str(script)], folder=script.parent, cwd=script.parent, timeout=timeout)
-    return done.returncode, done.stdout, done.stderr
+def run_script(script: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python script`` in the script's folder (docs snippets, the README's quickstart)."""
+    return run([str(script)], folder=script.parent, cwd=script.parent, timeout=timeout)
 
 
 def wait_for_line(process: ForkedProcess, path: Path, line: str, timeout: float = 120) -> None:
