@@ -2,8 +2,9 @@
 
 The module below is the one ``langchain_idempotent.testing``'s docstring shows, on the
 in-memory store with the clock hook it describes (leases moved past, not slept out), run
-by pytest in a directory of its own (no configuration of this repository: pytest-asyncio
-in its default strict mode) with every ``PytestWarning`` an error: the suite passes and
+by pytest in a directory of its own (no configuration of this repository, only the loop
+scope pytest-asyncio asks every project to set; its default strict mode) with every
+``PytestWarning`` an error: the suite passes and
 warns about nothing. So does the custom store that docs/stores/index.md writes against
 the store protocol ("Write your own store"), as it stands on the page (no clock hook:
 its leases are waited out in real time).
@@ -74,7 +75,14 @@ def test_the_custom_store_the_docs_write_passes_the_whole_contract(tmp_path: Pat
     _passes(tmp_path, DOCS_STORE_TEST_MODULE)
 
 
+#: The user's pytest configuration: the one setting pytest-asyncio 1.x asks every project for
+#: (it warns at start-up while it is unset, a ``PytestDeprecationWarning`` of its own that
+#: pytest 9.2 raises under ``-W error``); strict mode, pytest-asyncio's default, is kept.
+USERS_PYTEST_INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
+
 def _passes(tmp_path: Path, module: str) -> None:
+    (tmp_path / "pytest.ini").write_text(USERS_PYTEST_INI)
     (tmp_path / "test_my_store.py").write_text(module)
     root = Path(__file__).resolve().parents[1]
     # A user's own pytest run: nothing of this session's (xdist worker variables included).
