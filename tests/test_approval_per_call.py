@@ -56,6 +56,10 @@ from tests.support.graphs import (
 ONE, TWO = {"invoice_id": "INV-1", "amount": 10}, {"invoice_id": "INV-2", "amount": 20}
 APPROVE: dict[str, Any] = {"type": "approve"}
 INVALID: dict[str, Any] = {"type": "approve-please"}  # not a decision type
+#: These tests route answers, not takeovers: a lease no stall of a loaded CI machine outlasts
+#: (under the 2 s default one, a call whose run stalled 1.5 s was taken over and its refund
+#: paid twice; docs/effects.md, "Leases"), as in tests/test_approval_parallel.py.
+LEASE = 60
 COLUMNS = ["langchain-batched", "langchain-per_call", "ours-batched", "ours-per_call"]
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 
@@ -82,7 +86,7 @@ def agent(column: str, effects: Effects, store: BaseIdempotencyStore, *calls: An
         HumanInTheLoopMiddleware(interrupt_on={"issue_refund": True}, interrupt_mode=mode)
         if owner == "langchain"
         else IdempotencyMiddleware(
-            store, tools=["issue_refund"], approval=True, interrupt_mode=mode
+            store, tools=["issue_refund"], approval=True, interrupt_mode=mode, lease=LEASE
         )
     )
     model = ScriptedChatModel(
@@ -336,7 +340,9 @@ async def test_the_wrapper_asks_per_call_in_a_tool_node_binding_each_answer_to_i
     """A hand-built ToolNode runs both calls in one task: the questions come one at a
     time, each answer goes to the call whose key its question names."""
     effects, store = Effects(), InMemoryIdempotencyStore()
-    refund = idempotent(refund_tool(effects), store=store, approval=True, interrupt_mode="per_call")
+    refund = idempotent(
+        refund_tool(effects), store=store, approval=True, interrupt_mode="per_call", lease=LEASE
+    )
     model = ScriptedChatModel(then=on_each_turn(("issue_refund", ONE), ("issue_refund", TWO)))
     run = Thread(
         tool_graph(model, [refund], checkpointer=InMemorySaver()),
